@@ -1,0 +1,112 @@
+// Typed run configuration: one struct per TOML section. Defaults, documentation and ranges live in
+// core/config_schema.cpp, the single place that describes every key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace inkstone {
+
+struct RunConfig {
+  std::string name;
+  int64_t seed;
+  std::string run_dir;    // empty: runs/<name>
+  std::string device;     // auto | cpu | cuda
+  std::string precision;  // fp32 | bf16 (bf16 autocast on CUDA; fp32 master weights)
+  int64_t threads;        // libtorch intra-op threads
+};
+
+struct ModelConfig {
+  std::string arch;         // qwen3
+  int64_t vocab_size;       // 0: taken from the tokenizer
+  int64_t d_model;
+  int64_t n_layers;
+  int64_t n_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;         // 0: d_model / n_heads
+  int64_t ffn_dim;          // 0: SwiGLU width from 8/3 d_model rounded up to a multiple of 64
+  int64_t max_seq_len;
+  double rope_theta;
+  double norm_eps;
+  bool tie_embeddings;
+  std::string init;         // normal
+  double init_std;
+  bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
+  int64_t cond_dim;
+};
+
+struct ObjectiveConfig {
+  std::string name;  // ar
+};
+
+struct DataConfig {
+  std::string path;       // folder made by `inkstone data prepare`
+  std::string tokenizer;  // empty: the tokenizer stored with the data
+  int64_t seq_len;
+  std::string mode;       // pack | pad
+};
+
+struct OptimConfig {
+  double learning_rate;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+  std::vector<std::string> no_decay;  // parameter groups without weight decay: norm, bias, embedding
+  double grad_clip;                   // 0: no clipping
+};
+
+struct ScheduleConfig {
+  std::string kind;  // cosine | wsd | constant
+  int64_t warmup_steps;
+  double min_lr_ratio;
+  double decay_fraction;  // wsd: fraction of steps in the final decay
+};
+
+struct TrainConfig {
+  int64_t steps;
+  int64_t batch_size;
+  int64_t grad_accum;
+  int64_t log_interval;
+  int64_t eval_interval;
+  int64_t eval_batches;  // 0: the whole validation split
+  int64_t checkpoint_interval;
+  int64_t keep_checkpoints;
+  int64_t max_bad_steps;
+};
+
+struct SampleConfig {
+  int64_t num;
+  int64_t max_new_tokens;
+  double temperature;
+  int64_t top_k;
+  double top_p;
+  int64_t seed;
+  std::string prompt;
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  ObjectiveConfig objective;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  SampleConfig sample;
+};
+
+// The documented defaults.
+Config default_config();
+
+// Parses a TOML file over the defaults, then applies `section.key=value` overrides. Unknown keys, wrong types
+// and out-of-range values throw InputError naming file:line and key (with a near-miss suggestion).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config config_from_string(const std::string& toml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides = {});
+void apply_override(Config& config, const std::string& assignment);
+
+// The fully resolved config as TOML; with_docs adds each key's documentation as a comment.
+std::string config_to_toml(const Config& config, bool with_docs = false);
+
+}  // namespace inkstone

@@ -1,0 +1,51 @@
+// The tokenizer interface shared by the byte-level and byte-level BPE tokenizers, and how to load one.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace inkstone {
+
+// Reserved ids every tokenizer has; diffusion needs `mask`, batching needs `pad`.
+struct SpecialTokens {
+  int32_t bos = -1;
+  int32_t eos = -1;
+  int32_t pad = -1;
+  int32_t mask = -1;
+};
+
+class Tokenizer {
+ public:
+  virtual ~Tokenizer() = default;
+
+  // Text (any bytes, invalid UTF-8 included) to ids; no special tokens are added.
+  virtual std::vector<int32_t> encode(std::string_view text) const = 0;
+  // Ids back to bytes; special tokens are dropped unless keep_special.
+  virtual std::string decode(const std::vector<int32_t>& ids, bool keep_special = false) const = 0;
+  // The raw bytes one id stands for (the special's text for a special id).
+  virtual std::string token_bytes(int32_t id) const = 0;
+  virtual int32_t vocab_size() const = 0;
+  virtual const SpecialTokens& specials() const = 0;
+  virtual bool is_special(int32_t id) const = 0;
+  // "byte" or "bpe".
+  virtual std::string kind() const = 0;
+  // The Hugging Face tokenizer.json document that reloads this tokenizer exactly.
+  virtual nlohmann::json to_json() const = 0;
+
+  // Stable hash of to_json(): shards and checkpoints record it to catch a mismatched tokenizer.
+  std::string fingerprint() const;
+  // Writes to_json() to `file` atomically.
+  void save(const std::filesystem::path& file) const;
+};
+
+// "byte", a tokenizer.json file, or a folder holding tokenizer.json (a run, checkpoint or shard folder).
+// Throws InputError naming the spec when it cannot be loaded.
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);
+std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& document, const std::string& origin);
+
+}  // namespace inkstone

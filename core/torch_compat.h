@@ -1,0 +1,40 @@
+// Every difference between libtorch 1.13 (Debian, CPU) and 2.x (pip wheel, CUDA) lives here.
+#pragma once
+#include <torch/torch.h>
+#include <torch/version.h>
+#include <ATen/autocast_mode.h>
+
+#define INKSTONE_TORCH_AT_LEAST(major, minor) \
+  (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
+
+namespace inkstone::compat {
+
+// Scaled dot-product attention on [B, H, T, D] tensors. 1.13 exposes it as a private op returning
+// (output, weights); 2.x returns the output and dispatches to flash / memory-efficient kernels.
+inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                          const c10::optional<torch::Tensor>& mask, bool is_causal) {
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal);
+#else
+  return std::get<0>(at::_scaled_dot_product_attention(q, k, v, mask, 0.0, false, is_causal));
+#endif
+}
+
+// bf16 autocast on CUDA (fp32 master weights stay in the module).
+inline void set_cuda_autocast(bool enabled) {
+#if INKSTONE_TORCH_AT_LEAST(2, 4)
+  at::autocast::set_autocast_enabled(at::kCUDA, enabled);
+  at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+#else
+  at::autocast::set_enabled(enabled);
+  at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
+#endif
+  if (!enabled) at::autocast::clear_cache();
+}
+
+inline std::string torch_version() {
+  return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +
+         std::to_string(TORCH_VERSION_PATCH);
+}
+
+}  // namespace inkstone::compat

@@ -1,0 +1,19 @@
+// The `inkstone` subcommands: each tools/cmd_*.cpp adds one subcommand to the app and sets the action to run.
+#pragma once
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace inkstone::cli {
+
+// The action the parsed subcommand runs; it returns the process exit code.
+using Action = std::function<int()>;
+
+void add_version_command(CLI::App& app, Action& action);
+void add_train_command(CLI::App& app, Action& action);
+void add_sample_command(CLI::App& app, Action& action);
+void add_eval_command(CLI::App& app, Action& action);
+void add_data_command(CLI::App& app, Action& action);
+void add_tokenizer_command(CLI::App& app, Action& action);
+
+}  // namespace inkstone::cli

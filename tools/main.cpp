@@ -1,0 +1,43 @@
+// The `inkstone` command line. Exit codes: 0 success, 2 usage/config/input error, 1 runtime failure.
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  using namespace inkstone;
+  CLI::App app{"inkstone: train and sample language models with pluggable objectives"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+
+  cli::Action action;
+  cli::add_train_command(app, action);
+  cli::add_sample_command(app, action);
+  cli::add_eval_command(app, action);
+  cli::add_data_command(app, action);
+  cli::add_tokenizer_command(app, action);
+  cli::add_version_command(app, action);
+
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForAllHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    app.exit(e);
+    return 2;
+  }
+
+  try {
+    return action ? action() : 2;
+  } catch (const InputError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return 1;
+  }
+}
