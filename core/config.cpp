@@ -1,0 +1,281 @@
+// TOML -> typed Config: every key is checked against the schema; errors name file:line, key and a near miss.
+#include "core/config.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <toml++/toml.h>
+
+#include "core/config_schema.h"
+#include "core/errors.h"
+
+namespace inkstone {
+namespace {
+
+// Edit distance, for "did you mean" suggestions.
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diagonal = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      size_t above = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diagonal + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diagonal = above;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string suggestion(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  size_t best_distance = std::max<size_t>(2, word.size() / 2);  // farther than this is not a typo
+  for (const auto& c : candidates) {
+    size_t d = edit_distance(word, c);
+    if (d <= best_distance) {
+      best_distance = d;
+      best = c;
+    }
+  }
+  return best;
+}
+
+const FieldSpec* find_field(const std::string& section, const std::string& key) {
+  for (const auto& f : config_schema())
+    if (f.section == section && f.key == key) return &f;
+  return nullptr;
+}
+
+std::string where(const std::string& origin, const toml::source_region& region) {
+  if (region.begin.line == 0) return origin;
+  return fmt::format("{}:{}", origin, region.begin.line);
+}
+
+std::string value_text(const toml::node& node) {
+  std::ostringstream out;
+  node.visit([&](auto&& v) { out << v; });
+  return out.str();
+}
+
+// Stores one TOML value into its typed slot, or throws naming where it came from.
+void assign(Config& config, const FieldSpec& field, const toml::node& node, const std::string& location) {
+  auto wrong_type = [&] {
+    return InputError(fmt::format("key '{}' at {} must be {}, got {}", field.name(), location, field.type_name(),
+                                  value_text(node)));
+  };
+  std::visit(
+      [&](auto* slot) {
+        using T = std::remove_pointer_t<decltype(slot)>;
+        if constexpr (std::is_same_v<T, int64_t>) {
+          if (!node.is_integer()) throw wrong_type();
+          *slot = node.as_integer()->get();
+        } else if constexpr (std::is_same_v<T, double>) {
+          if (node.is_integer())
+            *slot = static_cast<double>(node.as_integer()->get());
+          else if (node.is_floating_point())
+            *slot = node.as_floating_point()->get();
+          else
+            throw wrong_type();
+        } else if constexpr (std::is_same_v<T, bool>) {
+          if (!node.is_boolean()) throw wrong_type();
+          *slot = node.as_boolean()->get();
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          if (!node.is_string()) throw wrong_type();
+          *slot = node.as_string()->get();
+        } else {
+          if (!node.is_array()) throw wrong_type();
+          std::vector<std::string> items;
+          for (const auto& item : *node.as_array()) {
+            if (!item.is_string()) throw wrong_type();
+            items.push_back(item.as_string()->get());
+          }
+          *slot = std::move(items);
+        }
+      },
+      field.slot(config));
+  check_field_value(config, field, location);
+}
+
+void check_number(const FieldSpec& field, double value, const std::string& location) {
+  if ((field.min && value < *field.min) || (field.max && value > *field.max)) {
+    std::string bounds = field.max ? fmt::format("in [{}, {}]", *field.min, *field.max)
+                                   : fmt::format(">= {}", *field.min);
+    throw InputError(fmt::format("key '{}' at {} is {}, must be {}", field.name(), location, value, bounds));
+  }
+}
+
+}  // namespace
+
+void check_field_value(Config& config, const FieldSpec& field, const std::string& location) {
+  std::visit(
+      [&](auto* slot) {
+        using T = std::remove_pointer_t<decltype(slot)>;
+        if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
+          check_number(field, static_cast<double>(*slot), location);
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          const auto& c = field.choices;
+          if (!c.empty() && std::find(c.begin(), c.end(), *slot) == c.end()) {
+            std::string hint = suggestion(*slot, c);
+            throw InputError(fmt::format("key '{}' at {} is '{}', must be one of: {}{}", field.name(), location,
+                                         *slot, fmt::join(c, ", "),
+                                         hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+          }
+        }
+      },
+      field.slot(config));
+}
+
+Config default_config() {
+  Config config;
+  for (const auto& field : config_schema()) {
+    std::visit(
+        [&](auto* slot) {
+          using T = std::remove_pointer_t<decltype(slot)>;
+          *slot = std::get<T>(field.default_value);
+        },
+        field.slot(config));
+  }
+  return config;
+}
+
+namespace {
+
+void apply_table(Config& config, const toml::table& root, const std::string& origin) {
+  const auto& sections = config_sections();
+  for (const auto& [section_key, section_node] : root) {
+    std::string section(section_key.str());
+    std::string location = where(origin, section_key.source());
+    if (std::find(sections.begin(), sections.end(), section) == sections.end()) {
+      std::string hint = suggestion(section, sections);
+      throw InputError(fmt::format("unknown section [{}] at {}{}", section, location,
+                                   hint.empty() ? "" : fmt::format("; did you mean [{}]?", hint)));
+    }
+    const toml::table* table = section_node.as_table();
+    if (!table) throw InputError(fmt::format("'{}' at {} must be a [section] table", section, location));
+    for (const auto& [key_node, value] : *table) {
+      std::string key(key_node.str());
+      std::string key_location = where(origin, key_node.source());
+      const FieldSpec* field = find_field(section, key);
+      if (!field) {
+        std::vector<std::string> keys;
+        std::string other_section;
+        for (const auto& f : config_schema()) {
+          if (f.section == section) keys.push_back(f.key);
+          if (f.key == key) other_section = f.section;
+        }
+        std::string hint = suggestion(key, keys);
+        std::string advice = !hint.empty()            ? fmt::format("; did you mean '{}'?", hint)
+                             : !other_section.empty() ? fmt::format("; it belongs in [{}]", other_section)
+                                                      : std::string();
+        throw InputError(
+            fmt::format("unknown key '{}' in [{}] at {}{}", key, section, key_location, advice));
+      }
+      assign(config, *field, value, key_location);
+    }
+  }
+}
+
+// Rules that involve several keys.
+void validate(const Config& c) {
+  const auto& m = c.model;
+  if (m.n_heads % m.n_kv_heads != 0)
+    throw InputError(fmt::format("model.n_kv_heads = {} must divide model.n_heads = {}", m.n_kv_heads, m.n_heads));
+  if (m.head_dim == 0 && m.d_model % m.n_heads != 0)
+    throw InputError(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}; set model.head_dim",
+                                 m.d_model, m.n_heads));
+  if (c.train.batch_size % c.train.grad_accum != 0)
+    throw InputError(fmt::format("train.grad_accum = {} must divide train.batch_size = {}", c.train.grad_accum,
+                                 c.train.batch_size));
+  if (c.data.seq_len > m.max_seq_len)
+    throw InputError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", c.data.seq_len,
+                                 m.max_seq_len));
+  for (const auto& group : c.optim.no_decay) {
+    static const std::vector<std::string> groups = {"norm", "bias", "embedding"};
+    if (std::find(groups.begin(), groups.end(), group) == groups.end())
+      throw InputError(fmt::format("optim.no_decay has '{}', allowed: norm, bias, embedding", group));
+  }
+}
+
+}  // namespace
+
+void apply_override(Config& config, const std::string& assignment) {
+  auto eq = assignment.find('=');
+  auto dot = assignment.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq)
+    throw InputError(fmt::format("--set '{}' must look like section.key=value", assignment));
+  std::string section = assignment.substr(0, dot);
+  std::string key = assignment.substr(dot + 1, eq - dot - 1);
+  std::string text = assignment.substr(eq + 1);
+  std::string origin = fmt::format("--set {}", assignment);
+
+  // The value is read as TOML, so 3, 3.0, true, "x" and ["a", "b"] mean what they mean in a file;
+  // bare words that are not TOML (e.g. cosine) are taken as strings.
+  toml::table parsed;
+  try {
+    parsed = toml::parse(fmt::format("{} = {}", "value", text));
+  } catch (const toml::parse_error&) {
+    parsed = toml::table{{"value", text}};
+  }
+  toml::table section_table{{key, *parsed.get("value")}};
+  toml::table root{{section, section_table}};
+  apply_table(config, root, origin);
+}
+
+Config config_from_string(const std::string& toml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides) {
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    throw InputError(fmt::format("{}:{}: invalid TOML: {}", origin, e.source().begin.line, e.description()));
+  }
+  Config config = default_config();
+  apply_table(config, root, origin);
+  for (const auto& o : overrides) apply_override(config, o);
+  validate(config);
+  return config;
+}
+
+Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("cannot read config file '{}'", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return config_from_string(text.str(), path, overrides);
+}
+
+std::string config_to_toml(const Config& config, bool with_docs) {
+  Config copy = config;
+  std::string out;
+  std::string current;
+  for (const auto& field : config_schema()) {
+    if (field.section != current) {
+      out += fmt::format("{}[{}]\n", current.empty() ? "" : "\n", field.section);
+      current = field.section;
+    }
+    std::ostringstream value;
+    std::visit(
+        [&](auto* slot) {
+          using T = std::remove_pointer_t<decltype(slot)>;
+          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+            toml::array items;
+            for (const auto& s : *slot) items.push_back(s);
+            value << items;
+          } else {
+            value << toml::value<T>(*slot);
+          }
+        },
+        field.slot(copy));
+    if (with_docs) {
+      std::string allowed = field.choices.empty() ? "" : fmt::format(" ({})", fmt::join(field.choices, " | "));
+      out += fmt::format("# {}{}\n", field.doc, allowed);
+    }
+    out += fmt::format("{} = {}\n", field.key, value.str());
+  }
+  return out;
+}
+
+}  // namespace inkstone
