@@ -1,0 +1,34 @@
+// AdamW with decay and no-decay parameter groups, and a sync-free global gradient-norm clip.
+#pragma once
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/optim/adamw.h>
+
+#include "core/config.h"
+
+namespace inkstone {
+
+using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
+
+// Which group a parameter belongs to by its name: "norm", "bias", "embedding" or "" (plain weight).
+std::string parameter_role(const std::string& name);
+
+struct ParameterGroups {
+  NamedParameters decay;
+  NamedParameters no_decay;
+};
+ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std::vector<std::string>& no_decay);
+
+// Group 0 decays, group 1 does not (when non-empty).
+std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& optim);
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
+
+// Scales gradients so their global L2 norm is at most max_norm (0: no clipping) and returns the pre-clip norm
+// as a 0-d tensor; no host synchronisation.
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+
+}  // namespace inkstone

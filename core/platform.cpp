@@ -1,0 +1,64 @@
+// Machine facts: which BLAS the process mapped, thread count, device choice.
+#include "core/platform.h"
+
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <torch/cuda.h>
+#include <ATen/Parallel.h>
+
+#include "core/errors.h"
+
+namespace inkstone {
+
+std::string blas_library() {
+  // libtorch links libblas.so.3 dynamically; the mapped file tells which alternative is active.
+  std::ifstream maps("/proc/self/maps");
+  std::string line;
+  while (std::getline(maps, line)) {
+    auto slash = line.find('/');
+    if (slash == std::string::npos) continue;
+    std::string path = line.substr(slash);
+    std::string name = std::filesystem::path(path).filename().string();
+    if (name.rfind("libblas", 0) == 0 || name.rfind("libopenblas", 0) == 0 || name.rfind("libmkl_core", 0) == 0 ||
+        name.rfind("libblis", 0) == 0) {
+      std::error_code ec;
+      auto real = std::filesystem::canonical(path, ec);
+      return ec ? path : real.string();
+    }
+  }
+  return "none (libtorch's built-in kernels)";
+}
+
+bool blas_is_reference() {
+  const std::string lib = blas_library();
+  return lib.find("/blas/libblas") != std::string::npos;
+}
+
+void warn_if_reference_blas() {
+  static bool warned = false;
+  if (warned || !blas_is_reference()) return;
+  warned = true;
+  fmt::print(stderr,
+             "\n*** WARNING: libtorch is using the reference BLAS ({}), about 35x slower on matmuls.\n"
+             "*** Fix: apt-get install libopenblas0-openmp (or: make setup)\n\n",
+             blas_library());
+}
+
+torch::Device resolve_device(const std::string& device) {
+  const bool cuda = torch::cuda::is_available();
+  if (device == "cpu") return torch::kCPU;
+  if (device == "cuda") {
+    if (!cuda) throw InputError("run.device = 'cuda' but no CUDA device is available (use 'auto' or 'cpu')");
+    return torch::kCUDA;
+  }
+  if (device == "auto") return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
+  throw InputError(fmt::format("unknown device '{}' (auto | cpu | cuda)", device));
+}
+
+void set_threads(int64_t threads) {
+  at::set_num_threads(static_cast<int>(threads));
+}
+
+}  // namespace inkstone
