@@ -30,7 +30,7 @@ std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, c
                                                             .eps(o.eps)
                                                             .weight_decay(weight_decay));
   };
-  auto tensors = [](const NamedParameters& named) {
+  auto tensors = [](const NamedTensors& named) {
     std::vector<torch::Tensor> out;
     for (const auto& [name, p] : named) out.push_back(p);
     return out;

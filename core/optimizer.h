@@ -9,17 +9,16 @@
 #include <torch/optim/adamw.h>
 
 #include "core/config.h"
+#include "core/safetensors.h"
 
 namespace inkstone {
-
-using NamedParameters = std::vector<std::pair<std::string, torch::Tensor>>;
 
 // Which group a parameter belongs to by its name: "norm", "bias", "embedding" or "" (plain weight).
 std::string parameter_role(const std::string& name);
 
 struct ParameterGroups {
-  NamedParameters decay;
-  NamedParameters no_decay;
+  NamedTensors decay;
+  NamedTensors no_decay;
 };
 ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std::vector<std::string>& no_decay);
 

@@ -19,6 +19,15 @@ struct SpecialTokens {
   int32_t mask = -1;
 };
 
+// The texts of the reserved specials in the tokenizers inkstone makes (the byte tokenizer, train_bpe); the same
+// text for bos and eos makes one token serve both, as GPT-2's <|endoftext|> does.
+struct SpecialTokenNames {
+  std::string bos = "<|bos|>";
+  std::string eos = "<|eos|>";
+  std::string pad = "<|pad|>";
+  std::string mask = "<|mask|>";
+};
+
 class Tokenizer {
  public:
   virtual ~Tokenizer() = default;

@@ -4,6 +4,10 @@
 #include <torch/version.h>
 #include <ATen/autocast_mode.h>
 
+#include <sstream>
+#include <string>
+#include <type_traits>
+
 #define INKSTONE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
@@ -30,6 +34,25 @@ inline void set_cuda_autocast(bool enabled) {
   at::autocast::set_autocast_gpu_dtype(at::kBFloat16);
 #endif
   if (!enabled) at::autocast::clear_cache();
+}
+
+// The key of a parameter in torch::optim::Optimizer::state(): 1.13 keys by the TensorImpl pointer printed as
+// text (what c10::guts::to_string streams), later releases by the pointer itself. Chosen by the map's key type,
+// so no release number has to be guessed; tests/core/test_checkpoint.cpp checks it against a real step().
+using OptimizerStateKey =
+    std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
+
+namespace detail {
+inline std::string optimizer_state_key(const torch::Tensor& p, std::string*) {
+  std::ostringstream text;
+  text << p.unsafeGetTensorImpl();
+  return text.str();
+}
+inline void* optimizer_state_key(const torch::Tensor& p, void**) { return p.unsafeGetTensorImpl(); }
+}  // namespace detail
+
+inline OptimizerStateKey optimizer_state_key(const torch::Tensor& p) {
+  return detail::optimizer_state_key(p, static_cast<OptimizerStateKey*>(nullptr));
 }
 
 inline std::string torch_version() {

@@ -1,8 +1,92 @@
-// Placeholder until the 'data' subcommand lands.
+// `inkstone data prepare`: text, JSONL or fortune files into a self-contained folder of token shards.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "core/data_prepare.h"
+#include "core/errors.h"
+#include "core/progress.h"
+#include "core/tokenizer.h"
 #include "tools/commands.h"
 
 namespace inkstone::cli {
-void add_data_command(CLI::App& app, Action& action) {
-  app.add_subcommand("data", "(not built yet)")->callback([&action] { action = [] { return 1; }; });
+namespace {
+
+struct PrepareArgs {
+  std::vector<std::string> inputs;
+  std::string tokenizer;
+  std::string out;
+  std::string format = "text";
+  std::string field = "text";
+  std::string preset;
+  double val_fraction = 0.05;
+  int64_t shard_tokens = int64_t{64} << 20;
+};
+
+void print_summary(const PrepareSummary& summary, const std::filesystem::path& out) {
+  const Manifest& m = summary.manifest;
+  fmt::print("wrote {}: tokenizer {} ({} ids, fingerprint {}), {} shards\n", out.string(), m.tokenizer_kind,
+             m.vocab_size, m.tokenizer_fingerprint, dtype_name(m.dtype));
+  int64_t tokens = 0;
+  for (const auto& [name, split] : m.splits) {
+    tokens += split.tokens;
+    const double bytes_per_token = split.tokens > 0 ? static_cast<double>(split.text_bytes) / split.tokens : 0.0;
+    fmt::print("  {:<5} {:>10} documents {:>12} tokens {:>3} shard(s) {:.3f} bytes/token\n", name, split.documents,
+               split.tokens, split.shards.size(), bytes_per_token);
+  }
+  const double seconds = std::max(summary.seconds, 1e-9);
+  fmt::print("read {} in {:.2f} s: {}/s, {} tokens/s\n", human_bytes(summary.input_bytes), summary.seconds,
+             human_bytes(summary.input_bytes / seconds), human_count(tokens / seconds));
 }
+
+int run_prepare(const PrepareArgs& args) {
+  PrepareOptions options;
+  if (args.preset == "fortunes") {
+    options = fortunes_preset();
+  } else {
+    if (args.inputs.empty()) throw InputError("give --input PATH... or --preset fortunes");
+    options.inputs.assign(args.inputs.begin(), args.inputs.end());
+    options.format = input_format_from_name(args.format);
+    options.jsonl_field = args.field;
+  }
+  options.out_dir = args.out;
+  options.val_fraction = args.val_fraction;
+  options.max_shard_tokens = args.shard_tokens;
+  options.show_progress = true;
+  const auto tokenizer = load_tokenizer(args.tokenizer);
+  print_summary(prepare_data(options, *tokenizer), options.out_dir);
+  return 0;
+}
+
+}  // namespace
+
+void add_data_command(CLI::App& app, Action& action) {
+  auto* data = app.add_subcommand("data", "Prepare token shards for training");
+  data->require_subcommand(1);
+  auto* prepare = data->add_subcommand("prepare", "Tokenize text, JSONL or fortune files into DIR (manifest.json, "
+                                                  "tokenizer.json, token shards)");
+  auto args = std::make_shared<PrepareArgs>();
+  auto* input = prepare->add_option("--input", args->inputs, "Text files, folders of them (recursive) or JSONL files");
+  prepare->add_option("--tokenizer", args->tokenizer, "'byte', a tokenizer.json, or a folder holding one")->required();
+  prepare->add_option("--out", args->out, "Output folder")->required();
+  auto* format = prepare->add_option("--format", args->format, "text: a file is a document; jsonl: a line is; "
+                                                               "fortune: '%'-separated entries are")
+                     ->check(CLI::IsMember({"text", "jsonl", "fortune"}))
+                     ->capture_default_str();
+  prepare->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
+  prepare->add_option("--val-fraction", args->val_fraction, "Share of documents for validation (see data_prepare.h)")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  prepare->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard before the next one starts")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  prepare->add_option("--preset", args->preset, "fortunes: the English files of the Debian fortunes package")
+      ->check(CLI::IsMember({"fortunes"}))
+      ->excludes(input)
+      ->excludes(format);
+  prepare->callback([&action, args] { action = [args] { return run_prepare(*args); }; });
+}
+
 }  // namespace inkstone::cli

@@ -1,8 +1,144 @@
-// Placeholder until the 'tokenizer' subcommand lands.
+// `inkstone tokenizer train | encode | decode | stats`: build a BPE tokenizer and inspect any tokenizer.
+#include <chrono>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <sstream>
+
+#include <fmt/format.h>
+
+#include "core/bpe_trainer.h"
+#include "core/errors.h"
+#include "core/tokenizer.h"
 #include "tools/commands.h"
 
 namespace inkstone::cli {
-void add_tokenizer_command(CLI::App& app, Action& action) {
-  app.add_subcommand("tokenizer", "(not built yet)")->callback([&action] { action = [] { return 1; }; });
+namespace {
+
+constexpr const char* kSpecHelp = "\"byte\", a tokenizer.json file, or a folder holding tokenizer.json";
+
+std::string read_file_or_throw(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(fmt::format("input file '{}' cannot be opened", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
+
+struct TrainOptions {
+  std::vector<std::string> inputs;
+  int32_t vocab = 0;
+  std::string out;
+  std::vector<std::string> specials;
+};
+
+int run_train(const TrainOptions& o) {
+  const std::vector<std::filesystem::path> files(o.inputs.begin(), o.inputs.end());
+  const BpeTrainResult result = train_bpe(files, o.vocab, o.specials);
+  const size_t merges = result.tokenizer->merges().size();
+  std::filesystem::create_directories(o.out);
+  const auto file = std::filesystem::path(o.out) / "tokenizer.json";
+  result.tokenizer->save(file);
+  fmt::print("counted {} distinct words in {:.1f} MB in {:.2f} s ({:.1f} MB/s)\n", result.distinct_words,
+             result.corpus_bytes / 1e6, result.count_seconds, result.corpus_bytes / 1e6 / result.count_seconds);
+  fmt::print("learnt {} merges in {:.2f} s ({:.0f} merges/s)\n", merges, result.merge_seconds,
+             merges / std::max(result.merge_seconds, 1e-9));
+  fmt::print("wrote {} (vocab {}, fingerprint {})\n", file.string(), result.tokenizer->vocab_size(),
+             result.tokenizer->fingerprint());
+  return 0;
+}
+
+int run_encode(const std::string& spec, const std::string* text) {
+  const auto tokenizer = load_tokenizer(spec);
+  const std::string input =
+      text ? *text : std::string(std::istreambuf_iterator<char>(std::cin), std::istreambuf_iterator<char>());
+  fmt::print("{}\n", fmt::join(tokenizer->encode(input), " "));
+  return 0;
+}
+
+int run_decode(const std::string& spec, const std::vector<std::string>& id_texts) {
+  const auto tokenizer = load_tokenizer(spec);
+  std::vector<int32_t> ids;
+  for (const std::string& t : id_texts) {
+    size_t used = 0;
+    long long id = 0;
+    try {
+      id = std::stoll(t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t.size() || id < INT32_MIN || id > INT32_MAX) throw InputError(fmt::format("'{}' is not a token id", t));
+    ids.push_back(static_cast<int32_t>(id));
+  }
+  fmt::print("{}", tokenizer->decode(ids, /*keep_special=*/true));
+  return 0;
+}
+
+int run_stats(const std::string& spec, const std::vector<std::string>& files) {
+  const auto tokenizer = load_tokenizer(spec);
+  int64_t bytes = 0, tokens = 0, words = 0, single_byte_tokens = 0;
+  double encode_seconds = 0;
+  for (const std::string& file : files) {
+    const std::string text = read_file_or_throw(file);
+    const auto start = std::chrono::steady_clock::now();
+    const auto ids = tokenizer->encode(text);
+    encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    bytes += static_cast<int64_t>(text.size());
+    tokens += static_cast<int64_t>(ids.size());
+    for (int32_t id : ids) single_byte_tokens += tokenizer->token_bytes(id).size() == 1;
+    bool in_word = false;
+    for (char c : text) {
+      const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
+      words += !space && !in_word;
+      in_word = !space;
+    }
+  }
+  const double token_count = std::max<double>(tokens, 1);
+  fmt::print("tokenizer: {} ({}, fingerprint {})\n", spec, tokenizer->kind(), tokenizer->fingerprint());
+  fmt::print("vocabulary size: {}\n", tokenizer->vocab_size());
+  fmt::print("bytes: {}  tokens: {}  words: {}\n", bytes, tokens, words);
+  fmt::print("bytes per token: {:.3f}\n", bytes / token_count);
+  fmt::print("tokens per word: {:.3f}\n", tokens / std::max<double>(words, 1));
+  fmt::print("single-byte tokens: {:.2f}%\n", 100.0 * single_byte_tokens / token_count);
+  fmt::print("encode speed: {:.1f} MB/s\n", bytes / 1e6 / std::max(encode_seconds, 1e-9));
+  return 0;
+}
+
+}  // namespace
+
+void add_tokenizer_command(CLI::App& app, Action& action) {
+  auto* cmd = app.add_subcommand("tokenizer", "Train a byte-level BPE tokenizer, encode, decode, measure");
+  cmd->require_subcommand(1);
+
+  auto train = std::make_shared<TrainOptions>();
+  auto* train_cmd = cmd->add_subcommand("train", "Learn byte-level BPE merges; writes OUT/tokenizer.json");
+  train_cmd->add_option("--input", train->inputs, "Training text files")->required()->check(CLI::ExistingFile);
+  train_cmd->add_option("--vocab", train->vocab, "Vocabulary size, special tokens included")->required();
+  train_cmd->add_option("--out", train->out, "Output folder")->required();
+  train_cmd->add_option("--special", train->specials, "Extra special tokens after bos/eos/pad/mask");
+  train_cmd->callback([&action, train] { action = [train] { return run_train(*train); }; });
+
+  auto spec = std::make_shared<std::string>();
+  auto text = std::make_shared<std::string>();
+  auto* encode_cmd = cmd->add_subcommand("encode", "Print the ids of --text, or of standard input");
+  encode_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
+  auto* text_option = encode_cmd->add_option("--text", *text, "Text to encode (default: standard input)");
+  encode_cmd->callback([&action, spec, text, text_option] {
+    const bool given = text_option->count() > 0;
+    action = [spec, text, given] { return run_encode(*spec, given ? text.get() : nullptr); };
+  });
+
+  auto ids = std::make_shared<std::vector<std::string>>();
+  auto* decode_cmd = cmd->add_subcommand("decode", "Print the text of the ids (special tokens kept)");
+  decode_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
+  decode_cmd->add_option("ids", *ids, "Token ids")->required();
+  decode_cmd->callback([&action, spec, ids] { action = [spec, ids] { return run_decode(*spec, *ids); }; });
+
+  auto files = std::make_shared<std::vector<std::string>>();
+  auto* stats_cmd = cmd->add_subcommand("stats", "Vocabulary size, bytes/token, tokens/word, byte-fallback rate");
+  stats_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
+  stats_cmd->add_option("files", *files, "Text files")->required();
+  stats_cmd->callback([&action, spec, files] { action = [spec, files] { return run_stats(*spec, *files); }; });
+}
+
 }  // namespace inkstone::cli

@@ -1,8 +1,75 @@
-// Placeholder until the 'train' subcommand lands.
+// `inkstone train CONFIG.toml [--set section.key=value ...] [--run-dir DIR] [--resume] [--print-defaults]`
+#include <fmt/format.h>
+
+#include "core/atomic_file.h"
+#include "core/checkpoint.h"
+#include "core/errors.h"
+#include "core/platform.h"
+#include "core/trainer.h"
 #include "tools/commands.h"
+#include "tools/run_setup.h"
 
 namespace inkstone::cli {
-void add_train_command(CLI::App& app, Action& action) {
-  app.add_subcommand("train", "(not built yet)")->callback([&action] { action = [] { return 1; }; });
+namespace {
+
+struct TrainOptions {
+  std::string config_path;
+  std::vector<std::string> overrides;
+  std::string run_dir;
+  bool resume = false;
+  bool print_defaults = false;
+};
+
+int train(const TrainOptions& o) {
+  if (o.print_defaults) {
+    fmt::print("{}", config_to_toml(default_config(), /*with_docs=*/true));
+    return 0;
+  }
+  if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
+  Config config = load_config(o.config_path, o.overrides);
+  const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);
+
+  std::optional<CheckpointData> checkpoint;
+  if (o.resume) {
+    checkpoint = load_checkpoint(run_dir);
+  } else if (std::filesystem::exists(run_dir / "checkpoints") && !std::filesystem::is_empty(run_dir / "checkpoints")) {
+    throw InputError(fmt::format("run folder '{}' already has checkpoints: pass --resume to continue it, or "
+                                 "choose another --run-dir",
+                                 run_dir.string()));
+  }
+
+  RunContext ctx = prepare_run(config);
+  TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
+  LanguageModel model = build_model_for(config, *ctx.tokenizer);
+  print_run_header(config, model, run_dir, ctx.device);
+
+  std::filesystem::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.toml", config_to_toml(config));
+  ctx.tokenizer->save(run_dir / "tokenizer.json");
+
+  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir, ctx.device);
+  if (checkpoint) {
+    trainer.resume(*checkpoint);
+    fmt::print("resumed from step {}\n", checkpoint->step);
+  }
+  TrainResult result = trainer.run();
+  fmt::print("done: {} steps ({} skipped), checkpoint {}\n", result.steps_done, result.skipped_steps,
+             result.last_checkpoint.string());
+  for (const auto& [name, value] : result.final_eval) fmt::print("  val {} = {:.4f}\n", name, value);
+  return 0;
 }
+
+}  // namespace
+
+void add_train_command(CLI::App& app, Action& action) {
+  auto options = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "Train a model from a TOML config");
+  cmd->add_option("config", options->config_path, "Config file (TOML)");
+  cmd->add_option("--set", options->overrides, "Override a key: section.key=value (repeatable)");
+  cmd->add_option("--run-dir", options->run_dir, "Run folder (default: run.run_dir or runs/<run.name>)");
+  cmd->add_flag("--resume", options->resume, "Continue from the newest checkpoint in the run folder");
+  cmd->add_flag("--print-defaults", options->print_defaults, "Print every key with its default and exit");
+  cmd->callback([options, &action] { action = [options] { return train(*options); }; });
+}
+
 }  // namespace inkstone::cli

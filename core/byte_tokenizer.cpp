@@ -1,0 +1,87 @@
+#include "core/byte_tokenizer.h"
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/pretokenizer.h"
+
+namespace inkstone {
+
+ByteTokenizer::ByteTokenizer() {
+  const SpecialTokenNames names;
+  special_names_ = {names.bos, names.eos, names.pad, names.mask};
+  specials_ = {256, 257, 258, 259};
+}
+
+std::vector<int32_t> ByteTokenizer::encode(std::string_view text) const {
+  std::vector<int32_t> ids(text.size());
+  for (size_t i = 0; i < text.size(); ++i) ids[i] = static_cast<uint8_t>(text[i]);
+  return ids;
+}
+
+std::string ByteTokenizer::decode(const std::vector<int32_t>& ids, bool keep_special) const {
+  std::string out;
+  out.reserve(ids.size());
+  for (int32_t id : ids) {
+    if (id < 0 || id >= vocab_size()) {
+      throw InputError(fmt::format("token id {} is out of range for the byte tokenizer's vocabulary of {}", id,
+                                   vocab_size()));
+    }
+    if (id < 256) {
+      out.push_back(static_cast<char>(id));
+    } else if (keep_special) {
+      out += special_names_[id - 256];
+    }
+  }
+  return out;
+}
+
+std::string ByteTokenizer::token_bytes(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) {
+    throw InputError(fmt::format("token id {} is out of range for the byte tokenizer's vocabulary of {}", id,
+                                 vocab_size()));
+  }
+  return id < 256 ? std::string(1, static_cast<char>(id)) : special_names_[id - 256];
+}
+
+nlohmann::json ByteTokenizer::to_json() const {
+  nlohmann::json vocab = nlohmann::json::object();
+  for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<uint8_t>(b))] = b;
+  nlohmann::json added = nlohmann::json::array();
+  for (size_t k = 0; k < special_names_.size(); ++k) {
+    added.push_back({{"id", 256 + static_cast<int>(k)},
+                     {"content", special_names_[k]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  const nlohmann::json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", nullptr},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", vocab},
+            {"merges", nlohmann::json::array()}}}};
+}
+
+bool ByteTokenizer::is_byte_tokenizer_document(const nlohmann::json& document) {
+  return document == ByteTokenizer().to_json();
+}
+
+}  // namespace inkstone

@@ -1,0 +1,224 @@
+#include "core/safetensors.h"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <array>
+#include <cstdint>
+#include <fstream>
+#include <optional>
+#include <stdexcept>
+
+#include "core/atomic_file.h"
+#include "core/errors.h"
+
+// Tensor bytes go to and from memory unchanged, which is only the format's little-endian order on such hosts.
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
+
+namespace inkstone {
+namespace {
+
+struct DtypeName {
+  const char* name;
+  torch::ScalarType type;
+};
+
+constexpr std::array<DtypeName, 9> kDtypes{{{"F32", torch::kFloat32},
+                                            {"F64", torch::kFloat64},
+                                            {"BF16", torch::kBFloat16},
+                                            {"F16", torch::kFloat16},
+                                            {"I64", torch::kInt64},
+                                            {"I32", torch::kInt32},
+                                            {"I16", torch::kInt16},
+                                            {"U8", torch::kUInt8},
+                                            {"BOOL", torch::kBool}}};
+
+const char* dtype_name(torch::ScalarType type) {
+  for (const auto& d : kDtypes)
+    if (d.type == type) return d.name;
+  return nullptr;
+}
+
+std::optional<torch::ScalarType> dtype_of(const std::string& name) {
+  for (const auto& d : kDtypes)
+    if (name == d.name) return d.type;
+  return std::nullopt;
+}
+
+constexpr size_t kAlignment = 8;
+
+// One tensor's entry in the header, checked against itself; offsets are relative to the data section.
+struct Entry {
+  std::string name;
+  torch::ScalarType type;
+  std::vector<int64_t> shape;
+  uint64_t begin;
+  uint64_t end;
+};
+
+class Reader {
+ public:
+  explicit Reader(const std::filesystem::path& path) : path_(path) {}
+
+  template <typename... Args>
+  [[noreturn]] void fail(fmt::format_string<Args...> format, Args&&... args) const {
+    throw InputError(path_.string() + ": " + fmt::format(format, std::forward<Args>(args)...));
+  }
+
+  SafetensorsFile read() {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) fail("cannot open the file");
+    in.seekg(0, std::ios::end);
+    const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+    in.seekg(0);
+    if (file_size < 8) fail("not a safetensors file: {} bytes, shorter than the 8-byte header length", file_size);
+
+    std::array<unsigned char, 8> length_bytes{};
+    in.read(reinterpret_cast<char*>(length_bytes.data()), 8);
+    uint64_t header_size = 0;
+    for (int i = 7; i >= 0; --i) header_size = (header_size << 8) | length_bytes[i];
+    if (header_size > file_size - 8)
+      fail("header length {} runs past the end of the file ({} bytes)", header_size, file_size);
+
+    std::string header(header_size, '\0');
+    in.read(header.data(), static_cast<std::streamsize>(header_size));
+    SafetensorsFile result;
+    std::vector<Entry> entries = parse_header(header, result.metadata);
+    check_layout(entries, file_size - 8 - header_size);
+
+    for (const Entry& e : entries) {
+      torch::Tensor tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+      in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+      if (static_cast<uint64_t>(in.gcount()) != e.end - e.begin) fail("truncated data in tensor '{}'", e.name);
+      result.tensors.emplace_back(e.name, std::move(tensor));
+    }
+    return result;
+  }
+
+ private:
+  std::vector<Entry> parse_header(const std::string& text, std::map<std::string, std::string>& metadata) const {
+    nlohmann::json header;
+    try {
+      header = nlohmann::json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      // The library's message quotes the bad bytes, which may hold newlines: report the position only.
+      fail("header is not valid JSON (error at byte {} of {})", e.byte, text.size());
+    }
+    if (!header.is_object()) fail("header is not a JSON object");
+
+    std::vector<Entry> entries;
+    for (const auto& [name, value] : header.items()) {
+      if (name == "__metadata__") {
+        if (!value.is_object()) fail("__metadata__ is not an object");
+        for (const auto& [key, text_value] : value.items()) {
+          if (!text_value.is_string()) fail("__metadata__ value '{}' is not a string", key);
+          metadata[key] = text_value.get<std::string>();
+        }
+        continue;
+      }
+      entries.push_back(parse_entry(name, value));
+    }
+    return entries;
+  }
+
+  Entry parse_entry(const std::string& name, const nlohmann::json& value) const {
+    if (!value.is_object()) fail("entry '{}' is not an object", name);
+    const auto dtype = value.find("dtype");
+    const auto shape = value.find("shape");
+    const auto offsets = value.find("data_offsets");
+    if (dtype == value.end() || !dtype->is_string()) fail("tensor '{}' has no dtype string", name);
+    if (shape == value.end() || !shape->is_array()) fail("tensor '{}' has no shape array", name);
+    if (offsets == value.end() || !offsets->is_array() || offsets->size() != 2 || !(*offsets)[0].is_number_unsigned() ||
+        !(*offsets)[1].is_number_unsigned())
+      fail("tensor '{}' needs data_offsets [begin, end] of two non-negative integers", name);
+
+    Entry e;
+    e.name = name;
+    const auto type = dtype_of(dtype->get<std::string>());
+    if (!type) fail("tensor '{}' has unknown dtype '{}'", name, dtype->get<std::string>());
+    e.type = *type;
+    e.begin = (*offsets)[0].get<uint64_t>();
+    e.end = (*offsets)[1].get<uint64_t>();
+    if (e.begin > e.end) fail("tensor '{}' has data_offsets [{}, {}] that end before they begin", name, e.begin, e.end);
+
+    // The element count is bounded by the byte span, so overflow means a corrupt header, not a huge tensor.
+    uint64_t bytes = c10::elementSize(e.type);
+    for (const auto& dim : *shape) {
+      if (!dim.is_number_unsigned()) fail("tensor '{}' has a shape entry that is not a non-negative integer", name);
+      const uint64_t size = dim.get<uint64_t>();
+      if (size > static_cast<uint64_t>(INT64_MAX) || __builtin_mul_overflow(bytes, size, &bytes))
+        fail("tensor '{}' has an impossibly large shape", name);
+      e.shape.push_back(static_cast<int64_t>(size));
+    }
+    if (bytes != e.end - e.begin)
+      fail("tensor '{}' data_offsets [{}, {}] span {} bytes, but its {} shape needs {}", name, e.begin, e.end,
+           e.end - e.begin, dtype->get<std::string>(), bytes);
+    return e;
+  }
+
+  // The tensors must tile the data section exactly: no overlap, no gap, nothing past the end or after it.
+  void check_layout(std::vector<Entry>& entries, uint64_t data_size) const {
+    std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) {
+      return a.begin != b.begin ? a.begin < b.begin : a.end < b.end;
+    });
+    uint64_t position = 0;
+    for (const Entry& e : entries) {
+      if (e.end > data_size)
+        fail("truncated data or bad offsets: tensor '{}' ends at byte {} of a {}-byte data section", e.name, e.end,
+             data_size);
+      if (e.begin < position)
+        fail("tensor '{}' data_offsets [{}, {}] overlap the previous tensor", e.name, e.begin, e.end);
+      if (e.begin > position) fail("gap in the data before tensor '{}' (bytes {} to {})", e.name, position, e.begin);
+      position = e.end;
+    }
+    if (position != data_size) fail("{} unused bytes after the last tensor", data_size - position);
+  }
+
+  std::filesystem::path path_;
+};
+
+}  // namespace
+
+void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<std::pair<std::string, torch::Tensor>> sorted;
+  sorted.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors) {
+    if (name == "__metadata__") throw std::invalid_argument("safetensors: '__metadata__' is not a tensor name");
+    if (!dtype_name(tensor.scalar_type()))
+      throw std::invalid_argument(fmt::format("safetensors: tensor '{}' has unsupported dtype {}", name,
+                                              c10::toString(tensor.scalar_type())));
+    sorted.emplace_back(name, tensor.detach().to(torch::kCPU).contiguous());
+  }
+  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  for (size_t i = 1; i < sorted.size(); ++i)
+    if (sorted[i].first == sorted[i - 1].first)
+      throw std::invalid_argument(fmt::format("safetensors: tensor name '{}' appears twice", sorted[i].first));
+
+  nlohmann::json header = nlohmann::json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (const auto& [name, tensor] : sorted) {
+    const uint64_t bytes = tensor.numel() * tensor.element_size();
+    header[name] = {{"dtype", dtype_name(tensor.scalar_type())},
+                    {"shape", tensor.sizes().vec()},
+                    {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  header_text.append((kAlignment - header_text.size() % kAlignment) % kAlignment, ' ');
+
+  std::array<unsigned char, 8> length_bytes{};
+  for (size_t i = 0; i < 8; ++i) length_bytes[i] = static_cast<unsigned char>(header_text.size() >> (8 * i));
+
+  AtomicFile file(path);
+  file.write(length_bytes.data(), length_bytes.size());
+  file.write(header_text);
+  for (const auto& [name, tensor] : sorted) file.write(tensor.data_ptr(), tensor.numel() * tensor.element_size());
+  file.commit();
+}
+
+SafetensorsFile read_safetensors(const std::filesystem::path& path) { return Reader(path).read(); }
+
+}  // namespace inkstone

@@ -1,0 +1,51 @@
+#include "core/tokenizer.h"
+
+#include <fstream>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <xxhash.h>
+
+#include "core/atomic_file.h"
+#include "core/bpe_tokenizer.h"
+#include "core/byte_tokenizer.h"
+#include "core/errors.h"
+
+namespace inkstone {
+
+std::string Tokenizer::fingerprint() const {
+  // nlohmann::json keeps object keys sorted, so dump() is canonical for equal documents.
+  const std::string text = to_json().dump();
+  return fmt::format("{:016x}", XXH64(text.data(), text.size(), 0));
+}
+
+void Tokenizer::save(const std::filesystem::path& file) const { write_file_atomic(file, to_json().dump(2) + "\n"); }
+
+std::unique_ptr<Tokenizer> tokenizer_from_json(const nlohmann::json& document, const std::string& origin) {
+  if (ByteTokenizer::is_byte_tokenizer_document(document)) return std::make_unique<ByteTokenizer>();
+  return std::make_unique<BpeTokenizer>(document, origin);
+}
+
+std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
+  namespace fs = std::filesystem;
+  if (spec == "byte") return std::make_unique<ByteTokenizer>();
+  fs::path file = spec;
+  if (fs::is_directory(file)) file /= "tokenizer.json";
+  if (!fs::is_regular_file(file)) {
+    throw InputError(fmt::format("tokenizer '{}' is neither \"byte\" nor a tokenizer.json file or a folder with one",
+                                 spec));
+  }
+  std::ifstream in(file, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  if (!in) throw InputError(fmt::format("tokenizer '{}' cannot be read", file.string()));
+  nlohmann::json document;
+  try {
+    document = nlohmann::json::parse(text.str());
+  } catch (const nlohmann::json::parse_error& e) {
+    throw InputError(fmt::format("tokenizer '{}' is not valid JSON: {}", file.string(), e.what()));
+  }
+  return tokenizer_from_json(document, file.string());
+}
+
+}  // namespace inkstone

@@ -1,0 +1,245 @@
+// The training loop. Each step draws one deterministic batch (a pure function of seed and step), splits it into
+// micro-batches, accumulates loss sums, divides by the total count, clips, and applies AdamW.
+#include "core/trainer.h"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/lr_schedule.h"
+#include "core/metrics_log.h"
+#include "core/module_weights.h"
+#include "core/optimizer_state.h"
+#include "core/progress.h"
+#include "core/rng_state.h"
+#include "core/torch_compat.h"
+
+namespace inkstone {
+namespace {
+
+// On a terminal the progress line is redrawn in place: start a fresh line so the message stays visible.
+void print_above_progress(const std::string& message) {
+  fmt::print("{}{}\n", ::isatty(::fileno(stdout)) ? "\n" : "", message);
+}
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+}  // namespace
+
+Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
+  const int64_t rows = row_end - row_begin;
+  auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
+                                 {rows, batch.cols}, torch::kInt32);
+  auto real = torch::from_blob(const_cast<uint8_t*>(batch.real.data()) + row_begin * batch.cols,
+                               {rows, batch.cols}, torch::kUInt8);
+  return {tokens.to(device, torch::kLong), real.to(device, torch::kBool)};
+}
+
+WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
+                                   torch::Device device)
+    : loader_(loader), batch_size_(batch_size), device_(device) {
+  const int64_t windows = loader.num_eval_windows();
+  num_batches_ = (windows + batch_size - 1) / batch_size;
+  if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
+}
+
+Batch WindowEvalSource::batch(int64_t index) const {
+  const int64_t first = index * batch_size_;
+  const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
+  return token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
+}
+
+AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& model,
+                                     const std::vector<Batch>& micro_batches, const NamedTensors& parameters,
+                                     bool autocast) {
+  const auto device = micro_batches.front().tokens.device();
+  AccumulatedStep acc;
+  acc.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat).device(device));
+  acc.count = torch::zeros({}, torch::dtype(torch::kFloat).device(device));
+  for (const Batch& micro : micro_batches) {
+    if (autocast) compat::set_cuda_autocast(true);
+    LossOutput out = objective.loss(model, micro);
+    if (autocast) compat::set_cuda_autocast(false);
+    out.loss_sum.backward();
+    acc.loss_sum += out.loss_sum.detach().to(torch::kFloat);
+    acc.count += out.count;
+    for (auto& [name, value] : out.metric_sums) {
+      auto it = acc.metric_sums.find(name);
+      if (it == acc.metric_sums.end())
+        acc.metric_sums.emplace(name, value.detach());
+      else
+        it->second = it->second + value.detach();
+    }
+  }
+  // Gradients hold d(sum of unit losses); dividing by the total makes them d(mean) for any micro-batching.
+  const auto inverse_count = 1.0 / acc.count.clamp_min(1.0);
+  for (const auto& [name, p] : parameters)
+    if (p.grad().defined()) p.grad().mul_(inverse_count);
+  return acc;
+}
+
+Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
+                 std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<const WindowLoader> train_data,
+                 std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device)
+    : config_(std::move(config)),
+      model_(std::move(model)),
+      objective_(std::move(objective)),
+      tokenizer_(std::move(tokenizer)),
+      train_data_(std::move(train_data)),
+      val_data_(std::move(val_data)),
+      run_dir_(std::move(run_dir)),
+      device_(device) {
+  model_->to(device_);
+  auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
+  optimized_ = groups.decay;
+  optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
+  optimizer_ = make_adamw(groups, config_.optim);
+}
+
+void Trainer::resume(const CheckpointData& checkpoint) {
+  load_module_weights(*model_, checkpoint.model, fmt::format("checkpoint step {}", checkpoint.step));
+  import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
+  restore_rng_state(checkpoint.state.at("rng"), "state.json");
+  step_ = checkpoint.step;
+  tokens_seen_ = checkpoint.state.at("tokens_seen").get<int64_t>();
+  elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
+}
+
+Batch Trainer::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const {
+  return token_batch_to_device(batch, row_begin, row_end, device_);
+}
+
+std::map<std::string, double> Trainer::evaluate() {
+  model_->eval();
+  WindowEvalSource source(*val_data_, config_.train.batch_size / config_.train.grad_accum,
+                          config_.train.eval_batches, device_);
+  auto metrics = objective_->evaluate(*model_, source);
+  model_->train();
+  return metrics;
+}
+
+std::filesystem::path Trainer::save(double elapsed_s) {
+  CheckpointData data;
+  data.step = step_;
+  data.model = module_weights(*model_);
+  data.optimizer = export_adamw_state(*optimizer_, optimized_);
+  data.state = {{"tokens_seen", tokens_seen_},
+                {"elapsed_s", elapsed_s},
+                {"rng", capture_rng_state()},
+                {"optimizer", adamw_hyperparameters(*optimizer_)},
+                {"objective", objective_->name()},
+                {"data_position", {{"step", step_}}}};
+  data.config_toml = config_to_toml(config_);
+  data.tokenizer = tokenizer_->to_json();
+  return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
+}
+
+TrainResult Trainer::run() {
+  const auto& train = config_.train;
+  const int64_t micro_batch = train.batch_size / train.grad_accum;
+  const int64_t tokens_per_step = train.batch_size * config_.data.seq_len;
+  const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
+
+  std::filesystem::create_directories(run_dir_);
+  MetricsLog log(run_dir_ / "metrics.jsonl", step_);  // drops lines past the resumed step
+  const int64_t first_step = step_;
+  ProgressBar progress("train", train.steps - first_step, ProgressBar::Unit::items);
+  TrainResult result;
+  model_->train();
+
+  const auto session_start = std::chrono::steady_clock::now();
+  auto window_start = session_start;
+  int64_t window_tokens = 0;
+  int64_t bad_in_a_row = 0;
+  double loss_window = 0;  // sum of step losses since the last log line
+  int64_t steps_in_window = 0;
+
+  std::vector<torch::Tensor> parameters;
+  for (auto& [name, p] : optimized_) parameters.push_back(p);
+
+  while (step_ < train.steps) {
+    const double lr = learning_rate_at(config_.schedule, config_.optim.learning_rate, step_, train.steps);
+    set_learning_rate(*optimizer_, lr);
+    optimizer_->zero_grad();
+
+    const TokenBatch batch = train_data_->train_batch(step_, train.batch_size);
+    std::vector<Batch> micro_batches;
+    for (int64_t m = 0; m < train.grad_accum; ++m)
+      micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
+    AccumulatedStep acc = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast);
+    const torch::Tensor grad_norm = clip_grad_norm(parameters, config_.optim.grad_clip);
+    const double loss = (acc.loss_sum / acc.count.clamp_min(1.0)).item<double>();
+    const double norm = grad_norm.item<double>();
+    const int64_t done = ++step_;
+
+    const bool finite = std::isfinite(loss) && std::isfinite(norm);
+    if (!finite) {
+      ++bad_in_a_row;
+      ++result.skipped_steps;
+      log.append({{"step", done}, {"split", "train"}, {"event", "skipped_non_finite"},
+                 {"loss", loss}, {"grad_norm", norm}});
+      if (bad_in_a_row >= train.max_bad_steps)
+        throw std::runtime_error(fmt::format(
+            "{} consecutive steps had a non-finite loss or gradient (last at step {}); stopping. "
+            "Lower optim.learning_rate or check the data",
+            bad_in_a_row, done));
+    } else {
+      bad_in_a_row = 0;
+      optimizer_->step();
+      tokens_seen_ += tokens_per_step;
+      window_tokens += tokens_per_step;
+      loss_window += loss;
+      ++steps_in_window;
+      if (on_step) on_step(done, loss);
+    }
+
+    const bool last = done == train.steps;
+    if (steps_in_window > 0 && (done % train.log_interval == 0 || last)) {
+      const double window_s = seconds_since(window_start);
+      nlohmann::json line = {{"step", done},
+                             {"tokens_seen", tokens_seen_},
+                             {"split", "train"},
+                             {"loss", loss_window / steps_in_window},
+                             {"lr", lr},
+                             {"grad_norm", norm},
+                             {"tokens_per_s", window_tokens / std::max(window_s, 1e-9)},
+                             {"elapsed_s", elapsed_before_s_ + seconds_since(session_start)}};
+      const double units = std::max(acc.count.item<double>(), 1.0);
+      for (auto& [name, value] : acc.metric_sums) line[name] = value.item<double>() / units;
+      log.append(line);
+      progress.update(done - first_step,
+                      fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train.steps,
+                                  line["loss"].get<double>(), line["tokens_per_s"].get<double>()));
+      window_start = std::chrono::steady_clock::now();
+      window_tokens = 0;
+      loss_window = 0;
+      steps_in_window = 0;
+    }
+    if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
+      auto metrics = evaluate();
+      nlohmann::json line = {{"step", done}, {"tokens_seen", tokens_seen_}, {"split", "val"},
+                             {"elapsed_s", elapsed_before_s_ + seconds_since(session_start)}};
+      for (auto& [name, value] : metrics) line[name] = value;
+      line["loss"] = metrics.at("loss_nats");
+      log.append(line);
+      print_above_progress(fmt::format("step {} val loss {:.4f} nats/token, {:.4f} bits/byte", done,
+                                       metrics.at("loss_nats"), metrics.at("bits_per_byte")));
+      if (last) result.final_eval = metrics;
+    }
+    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last) {
+      result.last_checkpoint = save(elapsed_before_s_ + seconds_since(session_start));
+    }
+  }
+  progress.finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
+  result.steps_done = step_;
+  return result;
+}
+
+}  // namespace inkstone

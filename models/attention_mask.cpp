@@ -1,0 +1,24 @@
+#include "models/attention_mask.h"
+
+#include <torch/torch.h>
+
+namespace inkstone {
+
+AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t num_queries, int64_t num_keys,
+                                  const torch::Tensor& key_real, const torch::Device& device) {
+  if (!key_real.defined()) {
+    if (mode == MaskMode::bidirectional) return {};
+    if (query_start == 0 && num_queries == num_keys) return {c10::nullopt, /*is_causal=*/true};
+    if (query_start + num_queries == num_keys && num_queries == 1) return {};  // the newest token sees all
+  }
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+  const auto query_slot = torch::arange(query_start, query_start + num_queries, i64).unsqueeze(1);  // [Tq, 1]
+  const auto key_slot = torch::arange(num_keys, i64).unsqueeze(0);                                   // [1, Tk]
+  auto allowed = mode == MaskMode::causal ? key_slot <= query_slot
+                                          : torch::ones({num_queries, num_keys}, i64.dtype(torch::kBool));
+  allowed = allowed.unsqueeze(0);  // [1, Tq, Tk]
+  if (key_real.defined()) allowed = (allowed & key_real.unsqueeze(1)) | (key_slot == query_slot).unsqueeze(0);
+  return {allowed.unsqueeze(1), false};
+}
+
+}  // namespace inkstone

@@ -1,0 +1,23 @@
+// Which keys each query may attend to: built once per forward from the objective's mask mode and the padding,
+// then shared by every layer.
+#pragma once
+#include <c10/util/Optional.h>
+#include <torch/types.h>
+
+namespace inkstone {
+
+// Autoregressive objectives use causal attention; diffusion objectives see the whole sequence.
+enum class MaskMode { causal, bidirectional };
+
+struct AttentionMask {
+  c10::optional<torch::Tensor> allowed;  // [B or 1, 1, Tq, Tk] bool, true = may attend; nullopt: no mask tensor
+  bool is_causal = false;                // plain lower-triangular mask, left to SDPA's fused causal path
+};
+
+// The queries sit in key slots [query_start, query_start + num_queries) of num_keys slots (query_start > 0 when
+// earlier slots come from a KV cache). key_real: [B, num_keys] bool, true = real token; undefined = all real.
+// A query always sees its own slot, so a padding query never has an empty (NaN) softmax row.
+AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t num_queries, int64_t num_keys,
+                                  const torch::Tensor& key_real, const torch::Device& device);
+
+}  // namespace inkstone

@@ -1,0 +1,30 @@
+// One pre-norm transformer block (Qwen3; backbones.md §1):
+//   h = x + Attn(RMSNorm₁(x)),  y = h + SwiGLU(RMSNorm₂(h)),
+// and, given a conditioning vector c, each branch modulated by adaLN-Zero (modulation.h).
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/pimpl.h>
+
+#include "core/config.h"
+#include "models/attention.h"
+#include "models/mlp.h"
+#include "models/modulation.h"
+#include "models/rms_norm.h"
+
+namespace inkstone {
+
+class BlockImpl : public torch::nn::Module {
+ public:
+  BlockImpl(const ModelConfig& config, int64_t layer_index);
+  // x: [B, T, d]; cond: [B, cond_dim] or undefined (the plain residual).
+  torch::Tensor forward(const torch::Tensor& x, const AttentionContext& context, const torch::Tensor& cond);
+
+  RMSNorm attn_norm{nullptr};
+  Attention attn{nullptr};
+  RMSNorm mlp_norm{nullptr};
+  SwiGLU mlp{nullptr};
+  AdaLN adaln{nullptr};  // only with ModelConfig::time_conditioning
+};
+TORCH_MODULE(Block);
+
+}  // namespace inkstone

@@ -1,0 +1,58 @@
+#include "models/init.h"
+
+#include <map>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/errors.h"
+
+namespace inkstone {
+namespace {
+
+// GPT-2 / Qwen3 style: every matrix N(0, init_std²), gains 1.
+InitScheme normal_scheme(const ModelConfig& config) {
+  const double std = config.init_std;
+  return [std](const std::string&, torch::Tensor& param, ParamRole role) {
+    switch (role) {
+      case ParamRole::norm: param.fill_(1.0); break;
+      case ParamRole::zero: param.zero_(); break;
+      default: param.normal_(0.0, std); break;
+    }
+  };
+}
+
+const std::map<std::string, std::function<InitScheme(const ModelConfig&)>>& schemes() {
+  static const std::map<std::string, std::function<InitScheme(const ModelConfig&)>> registry = {
+      {"normal", normal_scheme},
+  };
+  return registry;
+}
+
+}  // namespace
+
+std::string to_string(ParamRole role) {
+  switch (role) {
+    case ParamRole::embedding: return "embedding";
+    case ParamRole::qk: return "qk";
+    case ParamRole::vo: return "vo";
+    case ParamRole::mlp: return "mlp";
+    case ParamRole::head: return "head";
+    case ParamRole::norm: return "norm";
+    case ParamRole::conditioning: return "conditioning";
+    case ParamRole::zero: return "zero";
+  }
+  return "?";
+}
+
+InitScheme make_init_scheme(const ModelConfig& config) {
+  const auto found = schemes().find(config.init);
+  if (found == schemes().end()) {
+    std::string known;
+    for (const auto& [name, make] : schemes()) known += (known.empty() ? "" : ", ") + name;
+    throw InputError(fmt::format("model.init = '{}' is not a known scheme ({})", config.init, known));
+  }
+  return found->second(config);
+}
+
+}  // namespace inkstone

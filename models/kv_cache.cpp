@@ -1,0 +1,42 @@
+#include "models/kv_cache.h"
+
+#include <torch/torch.h>
+
+namespace inkstone {
+
+KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity)
+    : batch_size_(batch_size), capacity_(capacity), keys_(num_layers), values_(num_layers) {}
+
+torch::Tensor KVCache::record_key_real(const torch::Tensor& key_padding, int64_t num_new) {
+  TORCH_CHECK(length_ + num_new <= capacity_, "KV cache full: ", length_, " + ", num_new, " > ", capacity_);
+  const int64_t end = length_ + num_new;
+  if (key_padding.defined() && !key_real_.defined()) {
+    key_real_ = torch::ones({batch_size_, capacity_}, key_padding.options().dtype(torch::kBool));
+  }
+  if (!key_real_.defined()) return {};
+  auto fresh = key_real_.slice(1, length_, end);
+  if (key_padding.defined()) {
+    fresh.copy_(key_padding);
+  } else {
+    fresh.fill_(true);
+  }
+  return key_real_.slice(1, 0, end);
+}
+
+std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const torch::Tensor& k,
+                                                        const torch::Tensor& v) {
+  auto& keys = keys_.at(layer);
+  auto& values = values_.at(layer);
+  if (!keys.defined()) {
+    keys = torch::empty({batch_size_, k.size(1), capacity_, k.size(3)}, k.options());
+    values = torch::empty({batch_size_, v.size(1), capacity_, v.size(3)}, v.options());
+  }
+  const int64_t end = length_ + k.size(2);
+  keys.slice(2, length_, end).copy_(k);
+  values.slice(2, length_, end).copy_(v);
+  return {keys.slice(2, 0, end), values.slice(2, 0, end)};
+}
+
+void KVCache::advance(int64_t num_new) { length_ += num_new; }
+
+}  // namespace inkstone

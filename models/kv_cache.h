@@ -1,0 +1,42 @@
+// Keys and values of every layer kept across forwards, for incremental decoding: prefill the prompt once, then
+// feed one new token per step.
+#pragma once
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include <torch/types.h>
+
+namespace inkstone {
+
+// Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
+// with the dtype the layer produces), plus which slots hold real tokens. Slots are shared by the whole batch:
+// prompts of different lengths are left-padded and carry their own positions (see ForwardArgs).
+class KVCache {
+ public:
+  KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity);
+
+  int64_t length() const { return length_; }  // slots filled by earlier forwards
+  int64_t capacity() const { return capacity_; }
+  int64_t batch_size() const { return batch_size_; }
+
+  // Records which of the next num_new slots are real tokens (key_padding [B, num_new] bool, undefined = all real)
+  // and returns the record for all slots up to and including them, or undefined when no slot is padding.
+  torch::Tensor record_key_real(const torch::Tensor& key_padding, int64_t num_new);
+
+  // Stores one layer's k, v [B, n_kv, num_new, h_d] after the filled slots; returns K, V of all slots so far.
+  std::pair<torch::Tensor, torch::Tensor> append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
+
+  // Called once every layer has appended the new tokens.
+  void advance(int64_t num_new);
+
+ private:
+  int64_t batch_size_;
+  int64_t capacity_;
+  int64_t length_ = 0;
+  std::vector<torch::Tensor> keys_;
+  std::vector<torch::Tensor> values_;
+  torch::Tensor key_real_;  // [B, T_max] bool, allocated at the first padded record
+};
+
+}  // namespace inkstone

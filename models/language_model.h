@@ -1,0 +1,83 @@
+// The language model: token embedding, pre-norm blocks, final RMSNorm and a tied or untied head
+// (backbones.md §1), optionally conditioned on a noise level through adaLN-Zero (§2).
+#pragma once
+#include <cstdint>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/modules/embedding.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "core/config.h"
+#include "models/attention_mask.h"
+#include "models/init.h"
+#include "models/kv_cache.h"
+#include "models/modulation.h"
+#include "models/rms_norm.h"
+#include "models/time_embedding.h"
+
+namespace inkstone {
+
+struct ForwardArgs {
+  MaskMode mask = MaskMode::causal;
+  torch::Tensor noise_level;  // [B] float: conditions a time-conditioned model; undefined: no conditioning
+  torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
+  torch::Tensor key_padding;  // [B, T] bool, true = real token of this call; undefined: all real. With a cache,
+                              // the cache remembers earlier calls' padding.
+  KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
+  bool return_hidden = false;
+};
+// Batched prompts of different lengths: left-pad them, mark the pads in key_padding, and give each row the
+// positions 0..len−1 of its own tokens; every later step appends at the same slot for all rows.
+
+struct ForwardOut {
+  torch::Tensor logits;  // [B, T, V] fp32
+  torch::Tensor hidden;  // [B, T, d], the head's input (final norm, then modulation if conditioned); if asked
+};
+
+// embedding: the token table [V, d] (a tied head reuses it); non_embedding = total − embedding, so an untied
+// head counts as non-embedding.
+struct ParamCounts {
+  int64_t total = 0;
+  int64_t embedding = 0;
+  int64_t non_embedding = 0;
+};
+
+class LanguageModelImpl : public torch::nn::Module {
+ public:
+  // Builds and initialises with the scheme named by config.init.
+  LanguageModelImpl(const ModelConfig& config, int64_t vocab_size);
+
+  // tokens: [B, T] int64.
+  ForwardOut forward(const torch::Tensor& tokens, const ForwardArgs& args = {});
+
+  // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
+  KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
+  ParamCounts param_counts() const;
+  // Every parameter with the role the init scheme sees.
+  std::vector<std::pair<std::string, ParamRole>> param_roles() const;
+
+  const ModelConfig& config() const { return config_; }
+  int64_t vocab_size() const { return vocab_size_; }
+
+  torch::nn::Embedding embed{nullptr};
+  TimeEmbedding time_embed{nullptr};  // only with time conditioning
+  torch::nn::ModuleList blocks{nullptr};
+  RMSNorm final_norm{nullptr};
+  AdaLN final_adaln{nullptr};         // only with time conditioning
+  torch::nn::Linear head{nullptr};    // only untied
+
+ private:
+  ParamRole role_of(const std::string& name) const;
+
+  ModelConfig config_;
+  int64_t vocab_size_;
+};
+TORCH_MODULE(LanguageModel);
+
+// The model ModelConfig describes. vocab_size is the tokenizer's; config.vocab_size > 0 overrides it (it may
+// only be larger, e.g. padded to a multiple of 64). Throws InputError for an inconsistent config.
+LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_vocab_size);
+
+}  // namespace inkstone

@@ -1,0 +1,18 @@
+#include "models/mlp.h"
+
+#include <torch/torch.h>
+
+namespace inkstone {
+
+SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t ffn_dim) {
+  const auto no_bias = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
+  gate_proj = register_module("gate_proj", torch::nn::Linear(no_bias(d_model, ffn_dim)));
+  up_proj = register_module("up_proj", torch::nn::Linear(no_bias(d_model, ffn_dim)));
+  down_proj = register_module("down_proj", torch::nn::Linear(no_bias(ffn_dim, d_model)));
+}
+
+torch::Tensor SwiGLUImpl::forward(const torch::Tensor& u) {
+  return down_proj(torch::silu(gate_proj(u)) * up_proj(u));
+}
+
+}  // namespace inkstone

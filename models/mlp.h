@@ -1,0 +1,18 @@
+// SwiGLU feed-forward (Shazeer 2020, eq. 6): FFN(u) = W_down (SiLU(W_gate u) ⊙ W_up u), no biases.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+namespace inkstone {
+
+class SwiGLUImpl : public torch::nn::Module {
+ public:
+  SwiGLUImpl(int64_t d_model, int64_t ffn_dim);
+  torch::Tensor forward(const torch::Tensor& u);
+
+  torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
+};
+TORCH_MODULE(SwiGLU);
+
+}  // namespace inkstone

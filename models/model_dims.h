@@ -1,0 +1,21 @@
+// Widths that ModelConfig leaves at 0 ("derive it"), resolved in one place for every block and the KV cache.
+#pragma once
+#include <cstdint>
+
+#include "core/config.h"
+
+namespace inkstone {
+
+inline int64_t resolved_head_dim(const ModelConfig& config) {
+  return config.head_dim > 0 ? config.head_dim : config.d_model / config.n_heads;
+}
+
+// SwiGLU keeps the parameter count of a 4d GELU MLP with 2/3 of the width (Shazeer 2020, §2), rounded up to a
+// multiple of 64 for matmul-friendly shapes.
+inline int64_t resolved_ffn_dim(const ModelConfig& config) {
+  if (config.ffn_dim > 0) return config.ffn_dim;
+  const int64_t two_thirds_of_4d = (8 * config.d_model + 2) / 3;
+  return (two_thirds_of_4d + 63) / 64 * 64;
+}
+
+}  // namespace inkstone

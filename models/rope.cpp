@@ -1,0 +1,23 @@
+#include "models/rope.h"
+
+#include <torch/torch.h>
+
+namespace inkstone {
+
+RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double theta) {
+  TORCH_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim, got ", head_dim);
+  const auto f64 = positions.options().dtype(torch::kDouble);
+  const auto j = torch::arange(head_dim / 2, f64);
+  const auto omega = torch::pow(theta, -2.0 * j / static_cast<double>(head_dim));
+  const auto angles = positions.to(torch::kDouble).unsqueeze(-1) * omega;  // [B, T, h_d/2]
+  return {angles.cos().to(torch::kFloat).unsqueeze(1), angles.sin().to(torch::kFloat).unsqueeze(1)};
+}
+
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table) {
+  const auto halves = x.to(torch::kFloat).chunk(2, -1);
+  const auto& a = halves[0];
+  const auto& b = halves[1];
+  return torch::cat({a * table.cos - b * table.sin, b * table.cos + a * table.sin}, -1).to(x.scalar_type());
+}
+
+}  // namespace inkstone

@@ -1,0 +1,21 @@
+// Rotary position embedding, rotate-half layout (Su et al. 2021, RoFormer eq. 34; coordinate j pairs with
+// j + h_d/2): with ω_j = θ^(−2j/h_d), position m maps (a, b) = (x_j, x_{j+h_d/2}) to
+// (a cos mω_j − b sin mω_j, b cos mω_j + a sin mω_j), so ⟨R_m q, R_n k⟩ depends only on m − n.
+#pragma once
+#include <torch/types.h>
+
+namespace inkstone {
+
+// cos(mω_j) and sin(mω_j) for every position of a batch, shared by all layers of one forward.
+struct RopeTable {
+  torch::Tensor cos;  // [B, 1, T, h_d/2] fp32
+  torch::Tensor sin;
+};
+
+// positions: [B, T] int64. Angles are formed in float64 so that long positions keep their precision.
+RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double theta);
+
+// x: [B, H, T, h_d]; returns x rotated, in x's dtype.
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table);
+
+}  // namespace inkstone

@@ -1,0 +1,71 @@
+// Autoregressive objective: L = -sum_t log p(x_{t+1} | x_{<=t}) over real (non-pad) targets.
+#include "objectives/ar.h"
+
+#include <cmath>
+
+#include <torch/nn/functional/loss.h>
+
+namespace inkstone {
+namespace {
+
+struct TokenLosses {
+  torch::Tensor nll;      // [B, T] per-target negative log-likelihood, 0 where not real
+  torch::Tensor correct;  // [B, T] argmax hits on real targets
+  torch::Tensor real;     // [B, T] bool
+};
+
+TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch) {
+  using torch::indexing::Slice;
+  auto inputs = batch.tokens.index({Slice(), Slice(0, -1)});
+  auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
+  // A target counts when it and the token predicting it are real data.
+  auto real = batch.real.index({Slice(), Slice(1, torch::indexing::None)}) &
+              batch.real.index({Slice(), Slice(0, -1)});
+  ForwardArgs args;
+  args.mask = MaskMode::causal;
+  auto logits = model.forward(inputs, args).logits;  // [B, T, V] fp32
+  auto log_probs = torch::log_softmax(logits, -1);
+  auto nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  auto correct = logits.argmax(-1).eq(targets);
+  return {nll.masked_fill(~real, 0.0), correct & real, real};
+}
+
+}  // namespace
+
+AutoregressiveObjective::AutoregressiveObjective(const Config&) {}
+
+ObjectiveNeeds AutoregressiveObjective::needs() const {
+  ObjectiveNeeds needs;
+  needs.mask = MaskMode::causal;
+  needs.window_extra = 1;
+  return needs;
+}
+
+LossOutput AutoregressiveObjective::loss(LanguageModelImpl& model, const Batch& batch) {
+  auto t = next_token_losses(model, batch);
+  LossOutput out;
+  out.loss_sum = t.nll.sum();
+  out.count = t.real.sum().to(torch::kFloat);
+  out.metric_sums["accuracy"] = t.correct.sum().to(torch::kFloat);
+  return out;
+}
+
+std::map<std::string, double> AutoregressiveObjective::evaluate(LanguageModelImpl& model,
+                                                                const EvalSource& source) {
+  torch::NoGradGuard no_grad;
+  double nll_sum = 0.0, tokens = 0.0, correct = 0.0;
+  for (int64_t i = 0; i < source.num_batches(); ++i) {
+    auto t = next_token_losses(model, source.batch(i));
+    nll_sum += t.nll.to(torch::kDouble).sum().item<double>();
+    tokens += t.real.sum().item<double>();
+    correct += t.correct.sum().item<double>();
+  }
+  const double nats = tokens > 0 ? nll_sum / tokens : 0.0;
+  return {{"loss_nats", nats},
+          {"perplexity", std::exp(nats)},
+          {"bits_per_byte", nats / std::log(2.0) / source.bytes_per_token()},
+          {"accuracy", tokens > 0 ? correct / tokens : 0.0},
+          {"tokens", tokens}};
+}
+
+}  // namespace inkstone

@@ -1,0 +1,16 @@
+// Autoregressive objective: next-token cross-entropy under the causal mask, padding ignored.
+#pragma once
+#include "objectives/objective.h"
+
+namespace inkstone {
+
+class AutoregressiveObjective : public Objective {
+ public:
+  explicit AutoregressiveObjective(const Config& config);
+  std::string name() const override { return "ar"; }
+  ObjectiveNeeds needs() const override;
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+};
+
+}  // namespace inkstone

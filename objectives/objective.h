@@ -1,0 +1,45 @@
+// The objective interface: a loss with metrics for one batch, a full validation, and what it needs.
+// Objectives never reach into the trainer; the trainer never knows which objective it runs.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+
+#include <torch/types.h>
+
+#include "core/batch.h"
+#include "core/config.h"
+#include "models/language_model.h"
+
+namespace inkstone {
+
+// What an objective asks of the backbone and of the data.
+struct ObjectiveNeeds {
+  MaskMode mask = MaskMode::causal;
+  bool time_input = false;     // feeds a noise level to the model's time conditioning
+  int64_t window_extra = 0;    // tokens per window beyond data.seq_len (next-token targets need 1)
+};
+
+struct LossOutput {
+  // Sum of the per-unit losses of this micro-batch and the number of units, so that gradient accumulation
+  // over micro-batches of any size divides by the true total (two halves equal one full batch exactly).
+  torch::Tensor loss_sum;  // 0-d, differentiable
+  torch::Tensor count;     // 0-d
+  // Per-unit sums over the same units as the loss (reported as sum / count); 0-d tensors, no host sync.
+  std::map<std::string, torch::Tensor> metric_sums;
+};
+
+class Objective {
+ public:
+  virtual ~Objective() = default;
+  virtual std::string name() const = 0;
+  virtual ObjectiveNeeds needs() const = 0;
+  virtual LossOutput loss(LanguageModelImpl& model, const Batch& batch) = 0;
+  // Validation metrics over the whole source (float64 accumulation). Keys include loss_nats.
+  virtual std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
+};
+
+// The registered objectives by config name (objectives/registry.cpp holds one line per objective).
+std::unique_ptr<Objective> make_objective(const Config& config);
+
+}  // namespace inkstone

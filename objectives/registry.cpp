@@ -1,0 +1,21 @@
+// Objective registry: one line per objective, keyed by its [objective] name.
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "objectives/ar.h"
+
+namespace inkstone {
+
+std::unique_ptr<Objective> make_objective(const Config& config) {
+  using Factory = std::function<std::unique_ptr<Objective>(const Config&)>;
+  static const std::map<std::string, Factory> registry = {
+      {"ar", [](const Config& c) { return std::make_unique<AutoregressiveObjective>(c); }},
+  };
+  auto it = registry.find(config.objective.name);
+  if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));
+  return it->second(config);
+}
+
+}  // namespace inkstone

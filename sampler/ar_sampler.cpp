@@ -1,0 +1,149 @@
+#include "sampler/ar_sampler.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/errors.h"
+
+namespace inkstone {
+namespace {
+
+void check_inputs(const LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                  const ArSampleOptions& options) {
+  if (prompts.empty()) throw InputError("sampling needs at least one prompt");
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    if (prompts[p].empty()) throw InputError(fmt::format("prompt {} is empty; start it with a token (e.g. bos)", p));
+    for (int32_t id : prompts[p]) {
+      if (id < 0 || id >= model->vocab_size())
+        throw InputError(fmt::format("prompt {} has token id {} outside the vocabulary [0, {})", p, id,
+                                     model->vocab_size()));
+    }
+  }
+  const auto& s = options.sampling;
+  if (options.num_samples < 1) throw InputError("sample.num must be >= 1");
+  if (options.max_new_tokens < 1) throw InputError("sample.max_new_tokens must be >= 1");
+  if (s.temperature < 0) throw InputError(fmt::format("sample.temperature = {} must be >= 0", s.temperature));
+  if (s.top_k < 0) throw InputError(fmt::format("sample.top_k = {} must be >= 0", s.top_k));
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", s.top_p));
+}
+
+// Every row of the batch: its prompt left-padded to the longest, the padding marked, positions 0..len−1.
+struct PaddedBatch {
+  torch::Tensor tokens;     // [N, P] int64
+  torch::Tensor real;       // [N, P] bool
+  torch::Tensor positions;  // [N, P] int64
+  torch::Tensor lengths;    // [N] int64
+};
+
+PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int64_t num_samples, torch::Device device) {
+  size_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+  const int64_t rows = static_cast<int64_t>(prompts.size()) * num_samples;
+  const int64_t width = static_cast<int64_t>(longest);
+  auto tokens = torch::zeros({rows, width}, torch::kLong);
+  auto lengths = torch::empty({rows}, torch::kLong);
+  auto tokens_at = tokens.accessor<int64_t, 2>();
+  auto lengths_at = lengths.accessor<int64_t, 1>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& prompt = prompts[r / num_samples];
+    const int64_t pad = width - static_cast<int64_t>(prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i) tokens_at[r][pad + static_cast<int64_t>(i)] = prompt[i];
+    lengths_at[r] = static_cast<int64_t>(prompt.size());
+  }
+  const auto slot = torch::arange(width, torch::kLong).unsqueeze(0);
+  const auto first_real = (width - lengths).unsqueeze(1);
+  return {tokens.to(device), (slot >= first_real).to(device), (slot - first_real).clamp_min(0).to(device),
+          lengths.to(device)};
+}
+
+// Cuts each row after its first eos and turns it into a sample.
+std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& log_probs, int64_t steps,
+                              int64_t num_samples, int64_t eos_id) {
+  const auto host_tokens = tokens.narrow(1, 0, steps).cpu();
+  const auto host_log_probs = log_probs.narrow(1, 0, steps).cpu();
+  const auto t = host_tokens.accessor<int64_t, 2>();
+  const auto lp = host_log_probs.accessor<float, 2>();
+  std::vector<ArSample> samples(static_cast<size_t>(t.size(0)));
+  for (int64_t r = 0; r < t.size(0); ++r) {
+    auto& sample = samples[r];
+    sample.prompt_index = r / num_samples;
+    for (int64_t i = 0; i < steps; ++i) {
+      sample.tokens.push_back(static_cast<int32_t>(t[r][i]));
+      sample.log_probs.push_back(lp[r][i]);
+      if (t[r][i] == eos_id) {
+        sample.finish = FinishReason::eos;
+        break;
+      }
+    }
+  }
+  return samples;
+}
+
+}  // namespace
+
+std::string to_string(FinishReason reason) { return reason == FinishReason::eos ? "eos" : "length"; }
+
+ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                     const ArSampleOptions& options) {
+  check_inputs(model, prompts, options);
+  const auto start_time = std::chrono::steady_clock::now();
+  c10::InferenceMode inference;
+  const auto device = model->parameters().front().device();
+  auto generator = at::globalContext().defaultGenerator(device).clone();
+  generator.set_current_seed(static_cast<uint64_t>(options.seed));
+
+  const auto batch = left_pad(prompts, options.num_samples, device);
+  const int64_t rows = batch.tokens.size(0);
+  const int64_t max_new = options.max_new_tokens;
+  auto drawn = torch::empty({rows, max_new}, batch.tokens.options());
+  auto drawn_log_probs = torch::empty({rows, max_new}, batch.tokens.options().dtype(torch::kFloat));
+  auto finished = torch::zeros({rows}, batch.real.options());
+
+  // With a cache the prompt is prefilled once and each step feeds only the newest token; without one, every
+  // step runs the whole sequence so far.
+  auto cache = model->make_kv_cache(rows, batch.tokens.size(1) + max_new);
+  ForwardArgs args;
+  args.positions = batch.positions;
+  args.key_padding = batch.real;
+  args.cache = options.use_kv_cache ? &cache : nullptr;
+  auto sequence = batch.tokens;
+  auto logits = model->forward(sequence, args).logits.select(1, -1);
+
+  int64_t steps = 0;
+  while (steps < max_new) {
+    const auto draw = draw_tokens(logits, options.sampling, generator);
+    drawn.select(1, steps).copy_(draw.tokens);
+    drawn_log_probs.select(1, steps).copy_(draw.log_probs);
+    ++steps;
+    if (options.eos_id >= 0) {
+      finished |= draw.tokens == options.eos_id;
+      if (finished.all().item<bool>()) break;
+    }
+    if (steps == max_new) break;
+
+    const auto token = draw.tokens.unsqueeze(1);
+    const auto position = (batch.lengths + (steps - 1)).unsqueeze(1);
+    if (options.use_kv_cache) {
+      args.positions = position;
+      args.key_padding = torch::Tensor();
+      logits = model->forward(token, args).logits.select(1, -1);
+    } else {
+      sequence = torch::cat({sequence, token}, 1);
+      args.positions = torch::cat({args.positions, position}, 1);
+      args.key_padding = torch::cat({args.key_padding, torch::ones_like(token, batch.real.options())}, 1);
+      logits = model->forward(sequence, args).logits.select(1, -1);
+    }
+  }
+
+  ArSampleResult result;
+  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.eos_id);
+  for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);
+  return result;
+}
+
+}  // namespace inkstone

@@ -1,0 +1,45 @@
+// Batched autoregressive generation from a language model, with a KV cache or by full recompute: the engine
+// behind `inkstone sample` and the RL rollouts.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "models/language_model.h"
+#include "sampler/sampling.h"
+
+namespace inkstone {
+
+struct ArSampleOptions {
+  int64_t num_samples = 1;  // per prompt
+  int64_t max_new_tokens = 128;
+  SamplingParams sampling;
+  int64_t seed = 0;           // same seed, same model, same device: same samples
+  int64_t eos_id = -1;        // a row stops after drawing it; −1: rows run to max_new_tokens
+  bool use_kv_cache = true;   // false: recompute the whole sequence every step (benchmark baseline)
+};
+
+enum class FinishReason { eos, length };
+std::string to_string(FinishReason reason);
+
+struct ArSample {
+  int64_t prompt_index = 0;
+  std::vector<int32_t> tokens;   // generated ids without the prompt; ends with eos when finish == eos
+  std::vector<float> log_probs;  // of each token under the sampling distribution (0 for greedy)
+  FinishReason finish = FinishReason::length;
+};
+
+struct ArSampleResult {
+  std::vector<ArSample> samples;  // prompt-major: samples[p * num_samples + s]
+  int64_t generated_tokens = 0;
+  double seconds = 0;             // prefill and decode, wall clock
+  double tokens_per_s = 0;        // generated_tokens / seconds
+};
+
+// Runs every sample of every prompt as one batch on the model's device, under inference mode. Prompts are
+// left-padded (ForwardArgs). Throws InputError for an empty prompt, an id outside the vocabulary, or options
+// out of range.
+ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
+                                     const ArSampleOptions& options);
+
+}  // namespace inkstone

@@ -1,0 +1,48 @@
+#include "sampler/sampling.h"
+
+#include <limits>
+
+#include <torch/torch.h>
+
+namespace inkstone {
+namespace {
+
+constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
+
+}  // namespace
+
+torch::Tensor top_k_filter(const torch::Tensor& logits, int64_t k) {
+  if (k <= 0 || k >= logits.size(-1)) return logits;
+  const auto kth_largest = std::get<0>(logits.topk(k, -1)).narrow(-1, k - 1, 1);
+  return logits.masked_fill(logits < kth_largest, kMinusInf);
+}
+
+torch::Tensor top_p_filter(const torch::Tensor& logits, double p) {
+  TORCH_CHECK(p > 0, "top_p must be > 0, got ", p);
+  if (p >= 1.0) return logits;
+  const auto [sorted, order] = logits.sort(-1, /*descending=*/true);
+  const auto probs = sorted.softmax(-1);
+  // A token is dropped when the more likely tokens before it already reach mass p; the first always stays.
+  const auto mass_before = probs.cumsum(-1) - probs;
+  const auto drop_sorted = mass_before >= p;
+  const auto drop = torch::zeros_like(drop_sorted).scatter(-1, order, drop_sorted);
+  return logits.masked_fill(drop, kMinusInf);
+}
+
+torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingParams& params) {
+  TORCH_CHECK(params.temperature > 0, "sampling_log_probs needs temperature > 0");
+  auto scaled = logits.to(torch::kFloat) / params.temperature;
+  return top_p_filter(top_k_filter(scaled, params.top_k), params.top_p).log_softmax(-1);
+}
+
+Draw draw_tokens(const torch::Tensor& logits, const SamplingParams& params, at::Generator& generator) {
+  if (params.temperature == 0) {
+    const auto tokens = logits.argmax(-1);
+    return {tokens, torch::zeros(tokens.sizes(), logits.options().dtype(torch::kFloat))};
+  }
+  const auto log_probs = sampling_log_probs(logits, params);
+  const auto tokens = torch::multinomial(log_probs.exp(), 1, /*replacement=*/false, generator).squeeze(-1);
+  return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
+}
+
+}  // namespace inkstone

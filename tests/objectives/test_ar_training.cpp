@@ -1,0 +1,232 @@
+// The AR objective trained by the trainer: loss definition, gradient accumulation, exact resume, NaN guard.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <set>
+
+#include "core/byte_tokenizer.h"
+#include "core/checkpoint.h"
+#include "core/data_prepare.h"
+#include "core/trainer.h"
+#include "objectives/objective.h"
+#include "tests/test_paths.h"
+
+namespace inkstone {
+namespace {
+
+// A small corpus of varied sentences, one document per file, prepared with the byte tokenizer.
+std::filesystem::path prepare_corpus(const std::string& name) {
+  auto dir = testing::temp_dir(name);
+  auto text_dir = dir / "text";
+  std::filesystem::create_directories(text_dir);
+  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "away", "home"};
+  uint64_t state = 7;
+  for (int doc = 0; doc < 24; ++doc) {
+    std::ofstream out(text_dir / ("doc" + std::to_string(100 + doc) + ".txt"));
+    for (int w = 0; w < 60; ++w) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      out << words[(state >> 33) % 12] << ((w % 9 == 8) ? ".\n" : " ");
+    }
+  }
+  PrepareOptions options;
+  options.inputs = {text_dir};
+  options.out_dir = dir / "data";
+  options.val_fraction = 0.2;
+  prepare_data(options, ByteTokenizer());
+  return dir;
+}
+
+Config tiny_config(const std::filesystem::path& data_dir) {
+  return config_from_string(
+      "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\n"
+      "[data]\nseq_len = 16\n"
+      "[optim]\nlearning_rate = 3e-3\n"
+      "[schedule]\nwarmup_steps = 2\n"
+      "[train]\nsteps = 8\nbatch_size = 4\nlog_interval = 1\neval_interval = 0\neval_batches = 2\n"
+      "checkpoint_interval = 4\nkeep_checkpoints = 5\n",
+      "test.toml", {"data.path=\"" + (data_dir / "data").string() + "\""});
+}
+
+struct TinyRun {
+  Config config;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::shared_ptr<const WindowLoader> train, val;
+};
+
+TinyRun make_setup(const Config& config) {
+  TinyRun s{config, std::make_shared<ByteTokenizer>(), nullptr, nullptr};
+  WindowLoaderOptions o;
+  o.window_len = config.data.seq_len + 1;
+  o.seed = static_cast<uint64_t>(config.run.seed);
+  o.split = "train";
+  s.train = std::make_shared<WindowLoader>(config.data.path, o);
+  o.split = "val";
+  s.val = std::make_shared<WindowLoader>(config.data.path, o);
+  return s;
+}
+
+// Trains from scratch (or resumes from `checkpoint`) and returns the loss of every step by step number.
+std::map<int64_t, double> train_run(const TinyRun& s, const std::filesystem::path& run_dir,
+                                    const CheckpointData* checkpoint = nullptr,
+                                    std::unique_ptr<Objective> objective = nullptr) {
+  torch::manual_seed(static_cast<uint64_t>(s.config.run.seed));
+  auto model = build_language_model(s.config.model, s.tokenizer->vocab_size());
+  Trainer trainer(s.config, model, objective ? std::move(objective) : make_objective(s.config), s.tokenizer,
+                  s.train, s.val, run_dir, torch::kCPU);
+  if (checkpoint) trainer.resume(*checkpoint);
+  std::map<int64_t, double> losses;
+  trainer.on_step = [&](int64_t step, double loss) { losses[step] = loss; };
+  trainer.run();
+  return losses;
+}
+
+class ArTraining : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() { corpus_ = new std::filesystem::path(prepare_corpus("ar_training")); }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*corpus_);
+    delete corpus_;
+  }
+  static std::filesystem::path* corpus_;
+};
+std::filesystem::path* ArTraining::corpus_ = nullptr;
+
+TEST_F(ArTraining, LossIsMeanNextTokenNllOverRealTargets) {
+  Config config = tiny_config(*corpus_);
+  auto objective = make_objective(config);
+  torch::manual_seed(1);
+  auto model = build_language_model(config.model, 260);
+  auto tokens = torch::randint(0, 256, {2, 9}, torch::kLong);
+  auto real = torch::ones({2, 9}, torch::kBool);
+  real[1][7] = false;  // padding at the end of row 1
+  real[1][8] = false;
+  LossOutput out = objective->loss(*model, {tokens, real});
+
+  // Oracle in float64: -log softmax(logits)[next token], over targets whose input and target are both real.
+  auto logits = model->forward(tokens.slice(1, 0, 8)).logits.to(torch::kDouble);
+  auto log_probs = torch::log_softmax(logits, -1);
+  double sum = 0;
+  int count = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int t = 0; t < 8; ++t) {
+      if (!real[b][t].item<bool>() || !real[b][t + 1].item<bool>()) continue;
+      sum -= log_probs[b][t][tokens[b][t + 1].item<int64_t>()].item<double>();
+      ++count;
+    }
+  EXPECT_EQ(out.count.item<double>(), count);
+  EXPECT_EQ(count, 14);  // row 1 loses the two targets that touch its padding
+  EXPECT_NEAR(out.loss_sum.item<double>(), sum, 1e-4);
+}
+
+TEST_F(ArTraining, TwoHalfMicroBatchesEqualOneFullBatch) {
+  Config config = tiny_config(*corpus_);
+  TinyRun s = make_setup(config);
+  auto objective = make_objective(config);
+  torch::manual_seed(3);
+  auto model = build_language_model(config.model, s.tokenizer->vocab_size());
+  NamedTensors params;
+  for (auto& p : model->named_parameters()) params.emplace_back(p.key(), p.value());
+  TokenBatch batch = s.train->train_batch(0, 4);
+
+  auto grads = [&](std::vector<Batch> micro) {
+    model->zero_grad();
+    accumulate_gradients(*objective, *model, micro, params, false);
+    std::vector<torch::Tensor> out;
+    for (auto& [name, p] : params) out.push_back(p.grad().clone());
+    return out;
+  };
+  auto full = grads({token_batch_to_device(batch, 0, 4, torch::kCPU)});
+  auto halves = grads({token_batch_to_device(batch, 0, 2, torch::kCPU), token_batch_to_device(batch, 2, 4, torch::kCPU)});
+  for (size_t i = 0; i < full.size(); ++i) {
+    SCOPED_TRACE(params[i].first);
+    EXPECT_LE((full[i] - halves[i]).abs().max().item<double>(), 1e-6);
+    EXPECT_GT(full[i].abs().max().item<double>(), 0.0);
+  }
+}
+
+TEST_F(ArTraining, ResumeContinuesBitExactly) {
+  Config config = tiny_config(*corpus_);
+  TinyRun s = make_setup(config);
+  auto straight_dir = *corpus_ / "straight";
+  auto straight = train_run(s, straight_dir);
+  ASSERT_EQ(straight.size(), 8u);
+
+  // Continue from the step-4 checkpoint in a fresh trainer and process (state comes only from the checkpoint).
+  CheckpointData at4 = load_checkpoint(straight_dir / "checkpoints" / "step_000004");
+  ASSERT_EQ(at4.step, 4);
+  torch::manual_seed(999);  // a different global RNG state must not matter: the checkpoint restores it
+  auto resumed = train_run(s, *corpus_ / "resumed", &at4);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (int64_t step = 5; step <= 8; ++step) EXPECT_EQ(resumed.at(step), straight.at(step)) << "step " << step;
+  EXPECT_LT(straight.at(8), straight.at(1));
+}
+
+// Wraps the AR objective and poisons the loss on chosen calls.
+class PoisonedObjective : public Objective {
+ public:
+  PoisonedObjective(std::unique_ptr<Objective> inner, std::set<int> poisoned)
+      : inner_(std::move(inner)), poisoned_(std::move(poisoned)) {}
+  std::string name() const override { return inner_->name(); }
+  ObjectiveNeeds needs() const override { return inner_->needs(); }
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override {
+    LossOutput out = inner_->loss(model, batch);
+    if (poisoned_.count(++calls_)) out.loss_sum = out.loss_sum * std::nan("");
+    return out;
+  }
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override {
+    return inner_->evaluate(model, source);
+  }
+
+ private:
+  std::unique_ptr<Objective> inner_;
+  std::set<int> poisoned_;
+  int calls_ = 0;
+};
+
+TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
+  Config config = tiny_config(*corpus_);
+  config.train.max_bad_steps = 2;
+  TinyRun s = make_setup(config);
+  auto losses = train_run(s, *corpus_ / "nan_skip", nullptr,
+                          std::make_unique<PoisonedObjective>(make_objective(config), std::set<int>{3, 6}));
+  EXPECT_EQ(losses.size(), 6u);  // steps 3 and 6 skipped
+  EXPECT_EQ(losses.count(3), 0u);
+  EXPECT_EQ(losses.count(6), 0u);
+
+  std::string message;
+  try {
+    train_run(s, *corpus_ / "nan_stop", nullptr,
+              std::make_unique<PoisonedObjective>(make_objective(config), std::set<int>{2, 3}));
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("2 consecutive steps had a non-finite loss"), std::string::npos) << message;
+}
+
+TEST_F(ArTraining, MetricsLogHasTheDocumentedFields) {
+  Config config = tiny_config(*corpus_);
+  TinyRun s = make_setup(config);
+  auto run_dir = *corpus_ / "metrics";
+  train_run(s, run_dir);
+  std::ifstream in(run_dir / "metrics.jsonl");
+  std::string line;
+  int train_lines = 0, val_lines = 0;
+  while (std::getline(in, line)) {
+    auto record = nlohmann::json::parse(line);
+    if (record["split"] == "train") {
+      ++train_lines;
+      for (const char* key : {"step", "tokens_seen", "loss", "lr", "grad_norm", "tokens_per_s", "elapsed_s",
+                              "accuracy"})
+        EXPECT_TRUE(record.contains(key)) << key;
+    } else {
+      ++val_lines;
+      for (const char* key : {"loss_nats", "bits_per_byte", "perplexity"}) EXPECT_TRUE(record.contains(key)) << key;
+    }
+  }
+  EXPECT_EQ(train_lines, 8);
+  EXPECT_EQ(val_lines, 1);
+}
+
+}  // namespace
+}  // namespace inkstone

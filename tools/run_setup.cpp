@@ -1,0 +1,80 @@
+// Wiring shared by the CLI's subcommands.
+#include "tools/run_setup.h"
+
+#include <fmt/format.h>
+#include <ATen/Parallel.h>
+
+#include "core/errors.h"
+#include "core/module_weights.h"
+#include "core/platform.h"
+
+namespace inkstone::cli {
+
+std::filesystem::path resolve_run_dir(const Config& config, const std::string& cli_run_dir) {
+  if (!cli_run_dir.empty()) return cli_run_dir;
+  if (!config.run.run_dir.empty()) return config.run.run_dir;
+  return std::filesystem::path("runs") / config.run.name;
+}
+
+RunContext prepare_run(const Config& config) {
+  set_threads(config.run.threads);
+  warn_if_reference_blas();
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  RunContext ctx;
+  ctx.device = resolve_device(config.run.device);
+  if (config.data.tokenizer.empty() && config.data.path.empty())
+    throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare`");
+  ctx.tokenizer = load_tokenizer(config.data.tokenizer.empty() ? config.data.path : config.data.tokenizer);
+  ctx.objective = make_objective(config);
+  return ctx;
+}
+
+TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs) {
+  auto options = [&](const std::string& split) {
+    WindowLoaderOptions o;
+    o.split = split;
+    o.window_len = config.data.seq_len + needs.window_extra;
+    o.mode = window_mode_from_name(config.data.mode);
+    o.seed = static_cast<uint64_t>(config.run.seed);
+    o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
+    return o;
+  };
+  TrainingData data;
+  data.train = std::make_shared<WindowLoader>(config.data.path, options("train"));
+  data.val = std::make_shared<WindowLoader>(config.data.path, options("val"));
+  return data;
+}
+
+LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer) {
+  return build_language_model(config.model, tokenizer.vocab_size());
+}
+
+void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,
+                      torch::Device device) {
+  const ParamCounts counts = model->param_counts();
+  fmt::print("run {} -> {}\n", config.run.name, run_dir.string());
+  fmt::print("model {}: {} parameters ({} embedding, {} non-embedding), {} layers, d_model {}\n",
+             config.model.arch, counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
+             config.model.d_model);
+  fmt::print("objective {}, device {}, precision {}, threads {}, blas {}\n", config.objective.name,
+             device.str(), config.run.precision, at::get_num_threads(), blas_library());
+}
+
+TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const std::string& device) {
+  CheckpointData checkpoint = load_checkpoint(checkpoint_or_run_dir);
+  TrainedModel trained;
+  trained.config = config_from_string(checkpoint.config_toml, checkpoint_or_run_dir + "/config.toml");
+  set_threads(trained.config.run.threads);
+  warn_if_reference_blas();
+  trained.device = resolve_device(device.empty() ? trained.config.run.device : device);
+  trained.tokenizer = tokenizer_from_json(checkpoint.tokenizer, checkpoint_or_run_dir + "/tokenizer.json");
+  trained.objective = make_objective(trained.config);
+  trained.step = checkpoint.step;
+  trained.model = build_language_model(trained.config.model, trained.tokenizer->vocab_size());
+  load_module_weights(*trained.model, checkpoint.model, checkpoint_or_run_dir);
+  trained.model->to(trained.device);
+  trained.model->eval();
+  return trained;
+}
+
+}  // namespace inkstone::cli

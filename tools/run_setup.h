@@ -1,0 +1,48 @@
+// Wiring shared by the CLI's subcommands: config -> tokenizer, data, model, objective; checkpoint -> model.
+#pragma once
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "core/checkpoint.h"
+#include "core/config.h"
+#include "core/tokenizer.h"
+#include "core/window_loader.h"
+#include "models/language_model.h"
+#include "objectives/objective.h"
+
+namespace inkstone::cli {
+
+// --run-dir, else run.run_dir, else runs/<run.name>.
+std::filesystem::path resolve_run_dir(const Config& config, const std::string& cli_run_dir);
+
+struct RunContext {
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<Objective> objective;
+};
+// Threads, BLAS check, seed, device, tokenizer and objective for a config.
+RunContext prepare_run(const Config& config);
+
+struct TrainingData {
+  std::shared_ptr<const WindowLoader> train;
+  std::shared_ptr<const WindowLoader> val;
+};
+TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs);
+
+LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer);
+void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,
+                      torch::Device device);
+
+// A trained model restored from a checkpoint folder or a run folder (its newest checkpoint).
+struct TrainedModel {
+  Config config;
+  LanguageModel model{nullptr};
+  std::shared_ptr<const Tokenizer> tokenizer;
+  std::unique_ptr<Objective> objective;
+  int64_t step = 0;
+  torch::Device device = torch::kCPU;
+};
+TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const std::string& device);
+
+}  // namespace inkstone::cli
