@@ -192,6 +192,16 @@ void validate(const Config& c) {
   if (c.data.seq_len > m.max_seq_len)
     throw InputError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", c.data.seq_len,
                                  m.max_seq_len));
+  const bool diffusion = c.objective.name == "uniform_diffusion" || c.objective.name == "masked_diffusion";
+  if (m.time_conditioning && !diffusion)
+    throw InputError(fmt::format("model.time_conditioning needs a diffusion objective, not objective.name = '{}'",
+                                 c.objective.name));
+  if (c.diffusion.per_token_t && m.time_conditioning)
+    throw InputError("diffusion.per_token_t needs model.time_conditioning = false: a time-conditioned model "
+                     "takes one noise level per sequence");
+  if (c.diffusion.log_snr_min >= c.diffusion.log_snr_max)
+    throw InputError(fmt::format("diffusion.log_snr_min = {} must be below diffusion.log_snr_max = {}",
+                                 c.diffusion.log_snr_min, c.diffusion.log_snr_max));
   for (const auto& group : c.optim.no_decay) {
     static const std::vector<std::string> groups = {"norm", "bias", "embedding"};
     if (std::find(groups.begin(), groups.end(), group) == groups.end())

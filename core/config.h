@@ -36,7 +36,21 @@ struct ModelConfig {
 };
 
 struct ObjectiveConfig {
-  std::string name;  // ar
+  std::string name;  // ar | uniform_diffusion | masked_diffusion
+};
+
+// Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
+struct DiffusionConfig {
+  std::string schedule;        // log_linear | cosine | log_snr
+  double schedule_eps;         // log_linear, cosine: alpha_1 = eps
+  double log_snr_min;          // log_snr: lambda(1)
+  double log_snr_max;          // log_snr: lambda(0)
+  double t_min;                // smallest training/eval time; t = t_min + (1 - t_min) u
+  std::string time_sampling;   // stratified | iid
+  bool per_token_t;            // an independent t per token (models without time input only)
+  std::string weighting;       // elbo | snr (training loss; eval always reports the ELBO)
+  double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
+  bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };
 
 struct DataConfig {
@@ -83,12 +97,16 @@ struct SampleConfig {
   double top_p;
   int64_t seed;
   std::string prompt;
+  int64_t steps;               // diffusion: denoising steps
+  std::string diffusion_sampler;  // ancestral | confidence
+  std::string noise_removal;   // diffusion final step: ancestral | greedy | none
 };
 
 struct Config {
   RunConfig run;
   ModelConfig model;
   ObjectiveConfig objective;
+  DiffusionConfig diffusion;
   DataConfig data;
   OptimConfig optim;
   ScheduleConfig schedule;

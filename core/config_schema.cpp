@@ -69,7 +69,26 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, time_conditioning, false, "adaLN-Zero conditioning on the noise level (diffusion)."),
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
 
-      INKSTONE_FIELD(objective, name, "ar", "Training objective.").one_of({"ar"}),
+      INKSTONE_FIELD(objective, name, "ar", "Training objective.")
+          .one_of({"ar", "uniform_diffusion", "masked_diffusion"}),
+
+      INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
+          .one_of({"log_linear", "cosine", "log_snr"}),
+      INKSTONE_FIELD(diffusion, schedule_eps, 1e-3, "log_linear, cosine: alpha at t = 1.").range(1e-9, 0.5),
+      INKSTONE_FIELD(diffusion, log_snr_min, -9.0, "log_snr: log-SNR at t = 1 (alpha = sigmoid(lambda)).")
+          .range(-50, 50),
+      INKSTONE_FIELD(diffusion, log_snr_max, 9.0, "log_snr: log-SNR at t = 0.").range(-50, 50),
+      INKSTONE_FIELD(diffusion, t_min, 1e-3, "Smallest time drawn for training and eval (never t = 0).")
+          .range(1e-6, 0.5),
+      INKSTONE_FIELD(diffusion, time_sampling, "stratified", "stratified: one t per stratum of the global batch.")
+          .one_of({"stratified", "iid"}),
+      INKSTONE_FIELD(diffusion, per_token_t, false, "An independent t per token (needs no time conditioning)."),
+      INKSTONE_FIELD(diffusion, weighting, "elbo", "Training loss: elbo, or snr (the ELBO without |dlambda/dt|).")
+          .one_of({"elbo", "snr"}),
+      INKSTONE_FIELD(diffusion, max_weight, 0.0, "Clip the small-t loss weight |dlambda/dt| to this; 0: none.")
+          .at_least(0),
+      INKSTONE_FIELD(diffusion, noise_specials, false,
+                     "Uniform noise also emits special ids (never pad or mask); default: text ids and eos."),
 
       INKSTONE_FIELD(data, path, "", "Folder made by `inkstone data prepare` (manifest.json, shards)."),
       INKSTONE_FIELD(data, tokenizer, "", "Tokenizer spec; empty: the one stored with the data."),
@@ -117,6 +136,12 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, top_p, 1.0, "Nucleus mass; 1: all.").range(0, 1),
       INKSTONE_FIELD(sample, seed, int64_t{0}, "Sampling seed.").at_least(0),
       INKSTONE_FIELD(sample, prompt, "", "Default prompt text."),
+      INKSTONE_FIELD(sample, steps, int64_t{64}, "Diffusion: denoising steps.").at_least(1),
+      INKSTONE_FIELD(sample, diffusion_sampler, "ancestral",
+                     "Diffusion: ancestral posterior steps, or confidence (commit the surest positions).")
+          .one_of({"ancestral", "confidence"}),
+      INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
+          .one_of({"ancestral", "greedy", "none"}),
   };
   std::vector<FieldSpec> specs;
   for (auto& b : f) specs.push_back(std::move(b.spec));

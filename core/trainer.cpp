@@ -39,7 +39,7 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
                                  {rows, batch.cols}, torch::kInt32);
   auto real = torch::from_blob(const_cast<uint8_t*>(batch.real.data()) + row_begin * batch.cols,
                                {rows, batch.cols}, torch::kUInt8);
-  return {tokens.to(device, torch::kLong), real.to(device, torch::kBool)};
+  return {tokens.to(device, torch::kLong), real.to(device, torch::kBool), row_begin, batch.rows};
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,

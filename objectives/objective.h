@@ -9,6 +9,7 @@
 
 #include "core/batch.h"
 #include "core/config.h"
+#include "core/tokenizer.h"
 #include "models/language_model.h"
 
 namespace inkstone {
@@ -40,6 +41,6 @@ class Objective {
 };
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).
-std::unique_ptr<Objective> make_objective(const Config& config);
+std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer);
 
 }  // namespace inkstone

@@ -8,14 +8,14 @@
 
 namespace inkstone {
 
-std::unique_ptr<Objective> make_objective(const Config& config) {
-  using Factory = std::function<std::unique_ptr<Objective>(const Config&)>;
+std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer) {
+  using Factory = std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)>;
   static const std::map<std::string, Factory> registry = {
-      {"ar", [](const Config& c) { return std::make_unique<AutoregressiveObjective>(c); }},
+      {"ar", [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }},
   };
   auto it = registry.find(config.objective.name);
   if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));
-  return it->second(config);
+  return it->second(config, tokenizer);
 }
 
 }  // namespace inkstone

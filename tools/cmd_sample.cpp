@@ -1,5 +1,7 @@
-// `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F] [--num N]
-//  [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]`
+// `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F | --infill TEMPLATE]
+//  [--num N] [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]
+//  [--steps T] [--sampler ancestral|confidence] [--noise-removal ancestral|greedy|none] [--trace K]`
+// The checkpoint's objective picks the sampler: autoregressive decoding, or diffusion denoising.
 // Options left out take the run's [sample] values.
 #include <fstream>
 
@@ -7,6 +9,8 @@
 
 #include "core/errors.h"
 #include "sampler/ar_sampler.h"
+#include "sampler/diffusion_canvas.h"
+#include "sampler/diffusion_sampler.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -19,6 +23,10 @@ struct SampleOptions {
   std::string prompts_file;
   std::optional<int64_t> num, max_new_tokens, top_k, seed;
   std::optional<double> temperature, top_p;
+  std::optional<int64_t> steps;
+  std::optional<std::string> diffusion_sampler, noise_removal;
+  std::string infill;
+  int64_t trace = 0;
   std::string format = "text";
   std::string device;
 };
@@ -36,13 +44,29 @@ std::vector<std::string> read_prompts(const SampleOptions& o, const SampleConfig
   return {o.prompt.value_or(defaults.prompt)};
 }
 
-int sample(const SampleOptions& o) {
-  TrainedModel trained = load_trained_model(o.checkpoint, o.device);
-  if (trained.objective->needs().mask != MaskMode::causal)
-    throw InputError(fmt::format("checkpoint '{}' was trained with objective '{}', which has no sampler yet",
-                                 o.checkpoint, trained.objective->name()));
+void print_sample(const SampleOptions& o, size_t index, const std::string& prompt, const std::string& text,
+                  const std::vector<int32_t>& tokens, nlohmann::json extra) {
+  if (o.format == "jsonl") {
+    nlohmann::json line = {{"prompt", prompt}, {"text", text}, {"tokens", tokens}};
+    line.update(extra);
+    fmt::print("{}\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+    return;
+  }
+  std::string facts;
+  for (const auto& [key, value] : extra.items()) {
+    if (key == "prompt_index") continue;
+    facts += fmt::format(", {} {}", key,
+                         value.is_number_float() ? fmt::format("{:.3f}", value.get<double>())
+                         : value.is_string()     ? value.get<std::string>()
+                                                 : value.dump());
+  }
+  fmt::print("--- sample {} ({} tokens{}) ---\n{}{}\n", index + 1, tokens.size(), facts, prompt, text);
+}
+
+int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
+  if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
 
   ArSampleOptions options;
   options.num_samples = o.num.value_or(defaults.num);
@@ -65,20 +89,88 @@ int sample(const SampleOptions& o) {
   ArSampleResult result = sample_autoregressive(trained.model, prompt_ids, options);
   for (size_t i = 0; i < result.samples.size(); ++i) {
     const ArSample& s = result.samples[i];
-    const std::string text = tokenizer.decode(s.tokens);
-    const std::string& prompt = prompts[s.prompt_index];
-    if (o.format == "jsonl") {
-      nlohmann::json line = {{"prompt", prompt}, {"text", text}, {"tokens", s.tokens},
-                             {"finish", to_string(s.finish)}, {"prompt_index", s.prompt_index}};
-      fmt::print("{}\n", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-    } else {
-      fmt::print("--- sample {} ({} tokens, {}) ---\n{}{}\n", i + 1, s.tokens.size(), to_string(s.finish), prompt,
-                 text);
-    }
+    print_sample(o, i, prompts[s.prompt_index], tokenizer.decode(s.tokens), s.tokens,
+                 {{"finish", to_string(s.finish)}, {"prompt_index", s.prompt_index},
+                  {"unigram_entropy", unigram_entropy(s.tokens)}});
   }
   fmt::print(stderr, "{} tokens in {:.2f} s ({:.0f} tokens/s), checkpoint step {}\n", result.generated_tokens,
              result.seconds, result.tokens_per_s, trained.step);
   return 0;
+}
+
+int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
+  const SampleConfig& defaults = trained.config.sample;
+  const Tokenizer& tokenizer = *trained.tokenizer;
+  const DiffusionProcess process = diffusion_process_for(trained.config, tokenizer, trained.model->vocab_size());
+
+  DiffusionSampleOptions options;
+  options.steps = o.steps.value_or(defaults.steps);
+  options.method = diffusion_method_from_name(o.diffusion_sampler.value_or(defaults.diffusion_sampler));
+  options.noise_removal = noise_removal_from_name(o.noise_removal.value_or(defaults.noise_removal));
+  options.filter.temperature = o.temperature.value_or(defaults.temperature);
+  options.filter.top_k = o.top_k.value_or(defaults.top_k);
+  options.filter.top_p = o.top_p.value_or(defaults.top_p);
+  options.seed = o.seed.value_or(defaults.seed);
+  const int64_t copies = o.num.value_or(defaults.num);
+
+  // Prompts are prefixes (an empty one samples unconditionally); an infill template fixes text around holes.
+  std::vector<std::string> prompts;
+  std::vector<CanvasRow> layouts;
+  if (!o.infill.empty()) {
+    prompts = {o.infill};
+    layouts = {infill_row(o.infill, tokenizer)};
+  } else {
+    prompts = read_prompts(o, defaults);
+    for (const auto& text : prompts)
+      layouts.push_back(prefix_row(tokenizer.encode(text), o.max_new_tokens.value_or(defaults.max_new_tokens)));
+  }
+  const DiffusionCanvas canvas = make_canvas(layouts, copies);
+  if (canvas.tokens.size(1) > trained.config.model.max_seq_len)
+    throw InputError(fmt::format("{} positions to sample exceed model.max_seq_len = {}; lower --max-new-tokens",
+                                 canvas.tokens.size(1), trained.config.model.max_seq_len));
+
+  auto row_text = [&](const torch::Tensor& row) {
+    std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
+    return tokenizer.decode(ids);
+  };
+  if (o.trace > 0) {
+    options.trace_every = o.trace;
+    options.on_trace = [&](int64_t step, const torch::Tensor& z) {
+      const auto rows = z.cpu();
+      for (int64_t r = 0; r < rows.size(0); ++r)
+        fmt::print(stderr, "[step {:>4} sample {}] {}\n", step, r + 1, row_text(rows[r].contiguous()));
+    };
+  }
+
+  DiffusionSampleResult result =
+      sample_diffusion(model_denoiser(trained.model), process, canvas, options, trained.device);
+  const auto fixed = canvas.fixed;
+  for (int64_t r = 0; r < result.tokens.size(0); ++r) {
+    std::vector<int32_t> tokens, generated;
+    for (int64_t i = 0; i < result.tokens.size(1); ++i) {
+      const auto id = static_cast<int32_t>(result.tokens[r][i].item<int64_t>());
+      tokens.push_back(id);
+      if (!fixed[r][i].item<bool>()) generated.push_back(id);
+    }
+    // A prefix prompt is printed by print_sample; an infill shows the whole filled template.
+    const bool infill = !o.infill.empty();
+    const std::string& prompt = prompts[static_cast<size_t>(r / copies)];
+    print_sample(o, static_cast<size_t>(r), infill ? "" : prompt, tokenizer.decode(infill ? tokens : generated),
+                 infill ? tokens : generated,
+                 {{"prompt_index", r / copies}, {"unigram_entropy", unigram_entropy(generated)},
+                  {"steps", options.steps}});
+  }
+  fmt::print(stderr, "{} sequences x {} positions, {} steps, {} model calls in {:.2f} s ({:.2f} sequences/s), "
+                     "checkpoint step {}\n",
+             result.tokens.size(0), result.tokens.size(1), options.steps, result.model_calls, result.seconds,
+             result.tokens.size(0) / std::max(result.seconds, 1e-9), trained.step);
+  return 0;
+}
+
+int sample(const SampleOptions& o) {
+  TrainedModel trained = load_trained_model(o.checkpoint, o.device);
+  if (trained.objective->needs().mask == MaskMode::causal) return sample_autoregressive_run(o, trained);
+  return sample_diffusion_run(o, trained);
 }
 
 }  // namespace
@@ -97,6 +189,15 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens; 0: all")->check(CLI::NonNegativeNumber);
   cmd->add_option("--top-p", o->top_p, "Nucleus mass")->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--seed", o->seed, "Sampling seed")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--infill", o->infill, "Diffusion: a template whose {{N}} placeholders are generated")
+      ->excludes(prompt);
+  cmd->add_option("--steps", o->steps, "Diffusion: denoising steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--sampler", o->diffusion_sampler, "Diffusion: ancestral | confidence")
+      ->check(CLI::IsMember({"ancestral", "confidence"}));
+  cmd->add_option("--noise-removal", o->noise_removal, "Diffusion final step: ancestral | greedy | none")
+      ->check(CLI::IsMember({"ancestral", "greedy", "none"}));
+  cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--format", o->format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
   cmd->callback([o, &action] {

@@ -25,7 +25,7 @@ RunContext prepare_run(const Config& config) {
   if (config.data.tokenizer.empty() && config.data.path.empty())
     throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare`");
   ctx.tokenizer = load_tokenizer(config.data.tokenizer.empty() ? config.data.path : config.data.tokenizer);
-  ctx.objective = make_objective(config);
+  ctx.objective = make_objective(config, *ctx.tokenizer);
   return ctx;
 }
 
@@ -68,7 +68,7 @@ TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const 
   warn_if_reference_blas();
   trained.device = resolve_device(device.empty() ? trained.config.run.device : device);
   trained.tokenizer = tokenizer_from_json(checkpoint.tokenizer, checkpoint_or_run_dir + "/tokenizer.json");
-  trained.objective = make_objective(trained.config);
+  trained.objective = make_objective(trained.config, *trained.tokenizer);
   trained.step = checkpoint.step;
   trained.model = build_language_model(trained.config.model, trained.tokenizer->vocab_size());
   load_module_weights(*trained.model, checkpoint.model, checkpoint_or_run_dir);

@@ -72,7 +72,7 @@ std::map<int64_t, double> train_run(const TinyRun& s, const std::filesystem::pat
                                     std::unique_ptr<Objective> objective = nullptr) {
   torch::manual_seed(static_cast<uint64_t>(s.config.run.seed));
   auto model = build_language_model(s.config.model, s.tokenizer->vocab_size());
-  Trainer trainer(s.config, model, objective ? std::move(objective) : make_objective(s.config), s.tokenizer,
+  Trainer trainer(s.config, model, objective ? std::move(objective) : make_objective(s.config, *s.tokenizer), s.tokenizer,
                   s.train, s.val, run_dir, torch::kCPU);
   if (checkpoint) trainer.resume(*checkpoint);
   std::map<int64_t, double> losses;
@@ -94,7 +94,7 @@ std::filesystem::path* ArTraining::corpus_ = nullptr;
 
 TEST_F(ArTraining, LossIsMeanNextTokenNllOverRealTargets) {
   Config config = tiny_config(*corpus_);
-  auto objective = make_objective(config);
+  auto objective = make_objective(config, ByteTokenizer());
   torch::manual_seed(1);
   auto model = build_language_model(config.model, 260);
   auto tokens = torch::randint(0, 256, {2, 9}, torch::kLong);
@@ -122,7 +122,7 @@ TEST_F(ArTraining, LossIsMeanNextTokenNllOverRealTargets) {
 TEST_F(ArTraining, TwoHalfMicroBatchesEqualOneFullBatch) {
   Config config = tiny_config(*corpus_);
   TinyRun s = make_setup(config);
-  auto objective = make_objective(config);
+  auto objective = make_objective(config, ByteTokenizer());
   torch::manual_seed(3);
   auto model = build_language_model(config.model, s.tokenizer->vocab_size());
   NamedTensors params;
@@ -189,7 +189,7 @@ TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   config.train.max_bad_steps = 2;
   TinyRun s = make_setup(config);
   auto losses = train_run(s, *corpus_ / "nan_skip", nullptr,
-                          std::make_unique<PoisonedObjective>(make_objective(config), std::set<int>{3, 6}));
+                          std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{3, 6}));
   EXPECT_EQ(losses.size(), 6u);  // steps 3 and 6 skipped
   EXPECT_EQ(losses.count(3), 0u);
   EXPECT_EQ(losses.count(6), 0u);
@@ -197,7 +197,7 @@ TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   std::string message;
   try {
     train_run(s, *corpus_ / "nan_stop", nullptr,
-              std::make_unique<PoisonedObjective>(make_objective(config), std::set<int>{2, 3}));
+              std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{2, 3}));
   } catch (const std::runtime_error& e) {
     message = e.what();
   }

@@ -1,0 +1,185 @@
+#include "sampler/diffusion_sampler.h"
+
+#include <chrono>
+#include <cmath>
+#include <map>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/errors.h"
+#include "sampler/diffusion_posterior.h"
+
+namespace inkstone {
+namespace {
+
+double alpha_at(const NoiseSchedule& schedule, double t) {
+  return schedule.alpha(torch::full({}, t, torch::kDouble)).item<double>();
+}
+
+// x̂ in float64 over the support: temperature, top-k and top-p act here, on the network's output (§8.3);
+// temperature 0 makes x̂ the point mass on its argmax.
+torch::Tensor clean_token_probs(const torch::Tensor& logits, const DiffusionProcess& process,
+                                const SamplingParams& filter) {
+  auto restricted = process.support->restrict_logits(logits.to(torch::kDouble));
+  if (filter.temperature == 0) {
+    return torch::zeros_like(restricted).scatter_(-1, restricted.argmax(-1, /*keepdim=*/true), 1.0);
+  }
+  auto scaled = restricted / filter.temperature;
+  return top_p_filter(top_k_filter(scaled, filter.top_k), filter.top_p).softmax(-1);
+}
+
+// Per row, how many of its `free` positions step k of `steps` commits: floor((k+1)F/T) − floor(kF/T), so that
+// all F are committed after the last step.
+torch::Tensor commits_at_step(const torch::Tensor& free_count, int64_t k, int64_t steps) {
+  return torch::floor_divide(free_count * (k + 1), steps) - torch::floor_divide(free_count * k, steps);
+}
+
+// Confidence-based step (gidd-easydel; LLaDA's low-confidence remasking, §8.6): each row commits its `count`
+// highest-scoring open positions to a draw from x̂ (its argmax at temperature 0); committed positions join the
+// fixed ones. Uniform noise scores a position by how much x̂ prefers another token to the current one,
+// max_v x̂_v − x̂_{z_i}; masked noise by max_v x̂_v over still-masked positions.
+void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor& x_hat, const torch::Tensor& count,
+                     const DiffusionProcess& process, at::Generator& generator) {
+  const auto best = std::get<0>(x_hat.max(-1));
+  auto score = process.noise == DiffusionNoise::uniform ? best - x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1)
+                                                        : best;
+  score = score.masked_fill(~open, -1.0);
+  const auto order = score.argsort(-1, /*descending=*/true);
+  const auto rank = torch::empty_like(order).scatter_(-1, order, torch::arange(z.size(1), order.options())
+                                                                     .expand_as(order).contiguous());
+  const auto commit = open & rank.lt(count.unsqueeze(-1));
+  const auto drawn = exponential_race(x_hat, generator);
+  z = torch::where(commit, drawn, z);
+  open = open & ~commit;
+}
+
+}  // namespace
+
+DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab) {
+  DiffusionProcess process;
+  if (config.objective.name == "uniform_diffusion") {
+    process.noise = DiffusionNoise::uniform;
+  } else if (config.objective.name == "masked_diffusion") {
+    process.noise = DiffusionNoise::masked;
+  } else {
+    throw InputError(fmt::format("objective '{}' has no diffusion sampler", config.objective.name));
+  }
+  process.schedule = make_noise_schedule(config.diffusion);
+  process.support = std::make_shared<NoiseSupport>(tokenizer, model_vocab, config.diffusion.noise_specials);
+  process.mask_id = tokenizer.specials().mask;
+  process.time_conditioned = config.model.time_conditioning;
+  return process;
+}
+
+Denoiser model_denoiser(LanguageModel model) {
+  return [model](const torch::Tensor& z, const torch::Tensor& sigma) mutable {
+    ForwardArgs args;
+    args.mask = MaskMode::bidirectional;
+    if (model->config().time_conditioning) args.noise_level = sigma.to(torch::kFloat);
+    return model->forward(z, args).logits;
+  };
+}
+
+DiffusionMethod diffusion_method_from_name(const std::string& name) {
+  if (name == "ancestral") return DiffusionMethod::ancestral;
+  if (name == "confidence") return DiffusionMethod::confidence;
+  throw InputError(fmt::format("unknown diffusion sampler '{}' (ancestral | confidence)", name));
+}
+
+NoiseRemoval noise_removal_from_name(const std::string& name) {
+  if (name == "ancestral") return NoiseRemoval::ancestral;
+  if (name == "greedy") return NoiseRemoval::greedy;
+  if (name == "none") return NoiseRemoval::none;
+  throw InputError(fmt::format("unknown noise removal '{}' (ancestral | greedy | none)", name));
+}
+
+DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,
+                                       const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
+                                       torch::Device device) {
+  if (options.steps < 1) throw InputError(fmt::format("diffusion steps = {} must be >= 1", options.steps));
+  if (options.filter.temperature < 0) throw InputError("sample.temperature must be >= 0");
+  if (process.noise == DiffusionNoise::masked && process.mask_id < 0)
+    throw InputError("masked diffusion needs a tokenizer with a mask token");
+  const auto start_time = std::chrono::steady_clock::now();
+  c10::InferenceMode inference;
+  auto generator = at::globalContext().defaultGenerator(device).clone();
+  generator.set_current_seed(static_cast<uint64_t>(options.seed));
+
+  const auto fixed_tokens = canvas.tokens.to(device);
+  const auto fixed = canvas.fixed.to(device);
+  const int64_t rows = fixed_tokens.size(0);
+  const auto support = process.support->member_mask(device);
+
+  // The prior: uniform tokens from the support, or every position masked.
+  auto prior = process.noise == DiffusionNoise::uniform
+                   ? process.support->sample_uniform(fixed_tokens, &generator)
+                   : torch::full_like(fixed_tokens, process.mask_id);
+  auto z = torch::where(fixed, fixed_tokens, prior);
+  auto open = ~fixed;  // confidence sampling: positions not committed yet
+  const auto free_count = open.sum(-1);
+
+  DiffusionSampleResult result;
+  torch::Tensor x_hat, x_hat_input;
+  // x̂ for the current z at time t; reused while z is unchanged and the denoiser ignores t (§8.4).
+  auto denoise = [&](double t) {
+    if (x_hat.defined() && !process.time_conditioned && z.equal(x_hat_input)) return x_hat;
+    const double sigma = -std::log(alpha_at(*process.schedule, t));
+    auto logits = denoiser(z, torch::full({rows}, sigma, torch::dtype(torch::kDouble).device(device)));
+    ++result.model_calls;
+    x_hat = clean_token_probs(logits, process, options.filter);
+    x_hat_input = z.clone();
+    return x_hat;
+  };
+  auto posterior = [&](const torch::Tensor& probs, double alpha_t, double alpha_s) {
+    return process.noise == DiffusionNoise::uniform ? uniform_posterior(probs, z, alpha_t, alpha_s, support)
+                                                    : masked_posterior(probs, z, alpha_t, alpha_s, process.mask_id);
+  };
+
+  const int64_t steps = options.steps;
+  for (int64_t k = 0; k < steps; ++k) {
+    const double t = 1.0 - (1.0 - options.t_end) * static_cast<double>(k) / steps;
+    const double s = 1.0 - (1.0 - options.t_end) * static_cast<double>(k + 1) / steps;
+    const auto probs = denoise(t);
+    if (options.method == DiffusionMethod::ancestral) {
+      z = exponential_race(posterior(probs, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s)),
+                           generator);
+    } else {
+      confidence_step(z, open, probs, commits_at_step(free_count, k, steps), process, generator);
+    }
+    z = torch::where(fixed, fixed_tokens, z);
+    if (options.on_trace && options.trace_every > 0 && ((k + 1) % options.trace_every == 0 || k + 1 == steps))
+      options.on_trace(k + 1, z);
+  }
+
+  // The last step from t_end to clean text (§8.2); confidence sampling has committed every position already.
+  if (options.method == DiffusionMethod::ancestral && options.noise_removal != NoiseRemoval::none) {
+    const auto probs = denoise(options.t_end);
+    const auto clean = options.noise_removal == NoiseRemoval::greedy
+                           ? probs.argmax(-1)
+                           : exponential_race(posterior(probs, alpha_at(*process.schedule, options.t_end), 1.0),
+                                              generator);
+    // Absorbing noise never changes a position that is already unmasked.
+    const auto settled = process.noise == DiffusionNoise::masked ? z.ne(process.mask_id) : fixed;
+    z = torch::where(settled | fixed, z, clean);
+  }
+
+  result.tokens = z.cpu();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  return result;
+}
+
+double unigram_entropy(const std::vector<int32_t>& tokens) {
+  if (tokens.empty()) return 0.0;
+  std::map<int32_t, int64_t> counts;
+  for (int32_t id : tokens) ++counts[id];
+  const double length = static_cast<double>(tokens.size());
+  double entropy = 0.0;
+  for (const auto& [id, count] : counts) {
+    const double p = static_cast<double>(count) / length;
+    entropy -= p * std::log(p);
+  }
+  return entropy;
+}
+
+}  // namespace inkstone

@@ -1,0 +1,76 @@
+// Discrete diffusion sampling (diffusion.md §8): from the prior (uniform tokens or all-mask) to text in T steps
+// on a time grid, by ancestral posterior steps or by confidence-ordered commits, with prompt and infill
+// positions clamped at every step. Batched on the model's device; x̂ and the posteriors are float64 (§9).
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "core/tokenizer.h"
+#include "models/language_model.h"
+#include "objectives/noise_schedule.h"
+#include "objectives/noise_support.h"
+#include "sampler/sampling.h"
+
+namespace inkstone {
+
+enum class DiffusionNoise { uniform, masked };
+
+// The forward process a model was trained with: what the sampler inverts.
+struct DiffusionProcess {
+  DiffusionNoise noise = DiffusionNoise::uniform;
+  std::shared_ptr<const NoiseSchedule> schedule;
+  std::shared_ptr<const NoiseSupport> support;  // ids x̂ ranges over (and uniform noise emits)
+  int64_t mask_id = -1;                         // absorbing state (masked)
+  bool time_conditioned = false;                // the denoiser reads σ_t, so x̂ cannot be reused across steps
+};
+
+// The process of a run trained with objective uniform_diffusion or masked_diffusion; InputError otherwise.
+DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab);
+
+// Logits [B, L, V] for noisy tokens z [B, L] at noise level σ = −log α_t ([B]).
+using Denoiser = std::function<torch::Tensor(const torch::Tensor& z, const torch::Tensor& sigma)>;
+// A bidirectional forward of `model`, fed σ only when it is time-conditioned.
+Denoiser model_denoiser(LanguageModel model);
+
+enum class DiffusionMethod { ancestral, confidence };
+enum class NoiseRemoval { ancestral, greedy, none };
+DiffusionMethod diffusion_method_from_name(const std::string& name);
+NoiseRemoval noise_removal_from_name(const std::string& name);
+
+struct DiffusionSampleOptions {
+  int64_t steps = 64;
+  DiffusionMethod method = DiffusionMethod::ancestral;
+  NoiseRemoval noise_removal = NoiseRemoval::ancestral;
+  SamplingParams filter;  // temperature, top-k, top-p on x̂ — never on the posterior (§8.3)
+  int64_t seed = 0;
+  double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (§11.6)
+  // Called with (step, z) every trace_every steps and after the last one; 0: never.
+  int64_t trace_every = 0;
+  std::function<void(int64_t, const torch::Tensor&)> on_trace;
+};
+
+// What each row starts from: `fixed` positions keep their `tokens` (prompt, infill context) at every step; the
+// others are generated.
+struct DiffusionCanvas {
+  torch::Tensor tokens;  // [B, L] int64
+  torch::Tensor fixed;   // [B, L] bool
+};
+
+struct DiffusionSampleResult {
+  torch::Tensor tokens;     // [B, L] int64 on the CPU
+  int64_t model_calls = 0;  // with x̂ reuse, at most steps + 1
+  double seconds = 0;
+};
+
+DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,
+                                       const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
+                                       torch::Device device);
+
+// Per sample, H = −Σ_v (c_v/L) log(c_v/L) in nats over its token histogram (§10.4).
+double unigram_entropy(const std::vector<int32_t>& tokens);
+
+}  // namespace inkstone
