@@ -4,6 +4,7 @@
 #include <cmath>
 #include <fstream>
 #include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 #include <xxhash.h>
@@ -18,6 +19,8 @@ namespace {
 constexpr const char* kValidationRule =
     "documents numbered from 0 in input order; 0 is train; if fraction > 0, 1 is val and i >= 2 is val when "
     "xxh64(first chunk of its text, seed i) / 2^64 < fraction";
+constexpr const char* kTailValidationRule =
+    "the last fraction of each file's bytes, from the first line start at or after the cut, is val";
 
 // A run of one document's text as it is read; a document arrives as one piece or, when large, several.
 struct DocumentPiece {
@@ -151,6 +154,8 @@ void check_options(const PrepareOptions& options) {
     throw InputError("shard size and read chunk must be at least 1");
   }
   if (options.out_dir.empty()) throw InputError("no output folder given (--out DIR)");
+  if (options.val_split == ValSplit::tail && options.format != InputFormat::text)
+    throw InputError("--val-split tail cuts text files; it does not apply to jsonl or fortune input");
 }
 
 // Drops what an earlier prepare left in `dir`: the manifest first, so the folder never looks complete meanwhile.
@@ -161,6 +166,46 @@ void clear_previous_output(const fs::path& dir) {
     const bool shard = entry.path().extension() == ".bin" && (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0);
     if (shard) fs::remove(entry.path());
   }
+}
+
+// A text file as two documents: bytes before the cut (the first line start at or after (1 − f)·size) for
+// training, the rest for validation. Pieces end at newlines (read_text), so a cut inside a piece with no line
+// start after it falls at the piece's end.
+void read_text_with_tail_split(const fs::path& file, const PrepareOptions& options,
+                               const std::function<void(const DocumentPiece&, bool)>& on_piece) {
+  const auto size = static_cast<int64_t>(fs::file_size(file));
+  const auto cut = static_cast<int64_t>(std::ceil((1.0 - options.val_fraction) * static_cast<double>(size)));
+  int64_t offset = 0;
+  bool in_tail = false, tail_started = false;
+  read_text(file, options.chunk_bytes, [&](const DocumentPiece& piece) {
+    const int64_t start = offset;
+    offset += static_cast<int64_t>(piece.text.size());
+    if (!in_tail && offset > cut) {
+      // The head ends at the first line start at or after the cut within this piece.
+      size_t split_at = piece.text.size();
+      const int64_t local = cut - start;
+      if (local <= 0) {
+        split_at = 0;
+      } else if (size_t newline = piece.text.find('\n', static_cast<size_t>(local - 1));
+                 newline != std::string_view::npos) {
+        split_at = newline + 1;
+      }
+      // Always sent, empty when the cut falls exactly at this piece's start, to end the training document.
+      on_piece({piece.text.substr(0, split_at), piece.starts_document, true, piece.file_bytes_read}, false);
+      in_tail = true;
+      if (split_at < piece.text.size()) {
+        on_piece({piece.text.substr(split_at), true, piece.ends_document, piece.file_bytes_read}, true);
+        tail_started = true;
+      }
+      return;
+    }
+    if (in_tail) {
+      on_piece({piece.text, !tail_started, piece.ends_document, piece.file_bytes_read}, true);
+      tail_started = true;
+      return;
+    }
+    on_piece(piece, false);
+  });
 }
 
 }  // namespace
@@ -223,10 +268,12 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
                        human_count(tokens / std::max(progress.elapsed_s(), 1e-9)));
   };
   ShardWriter* split = nullptr;
-  for (const auto& file : files) {
-    read_documents(file, options, [&](const DocumentPiece& piece) {
+  auto add_piece = [&](const fs::path& file, const DocumentPiece& piece, std::optional<bool> validation) {
       if (piece.starts_document) {
-        split = is_validation_document(piece.text, documents++, options.val_fraction) ? &val : &train;
+        const bool to_val =
+            validation.value_or(is_validation_document(piece.text, documents, options.val_fraction));
+        ++documents;
+        split = to_val ? &val : &train;
       }
       std::vector<int32_t> ids = tokenizer.encode(piece.text);
       if (piece.ends_document) ids.push_back(eos);
@@ -238,7 +285,15 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
       if (piece.ends_document) split->end_document();
       tokens += static_cast<int64_t>(ids.size());
       if (options.show_progress) progress.update(finished_files_bytes + piece.file_bytes_read, counters());
-    });
+  };
+  for (const auto& file : files) {
+    if (options.val_split == ValSplit::tail) {
+      read_text_with_tail_split(file, options, [&](const DocumentPiece& piece, bool validation) {
+        add_piece(file, piece, validation);
+      });
+    } else {
+      read_documents(file, options, [&](const DocumentPiece& piece) { add_piece(file, piece, std::nullopt); });
+    }
     finished_files_bytes += static_cast<int64_t>(fs::file_size(file));
   }
   if (documents == 0) throw InputError(fmt::format("no documents in the {} input file(s)", files.size()));
@@ -251,7 +306,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   manifest.pad = tokenizer.specials().pad;
   manifest.dtype = dtype;
   manifest.val_fraction = options.val_fraction;
-  manifest.val_rule = kValidationRule;
+  manifest.val_rule = options.val_split == ValSplit::tail ? kTailValidationRule : kValidationRule;
   manifest.splits["train"] = train.finish();
   manifest.splits["val"] = val.finish();
   tokenizer.save(options.out_dir / "tokenizer.json");

@@ -11,6 +11,10 @@
 // Pinning documents 0 and 1 guarantees both splits are non-empty for any corpus of two or more documents
 // without a second pass over the input. Content is the document's first read chunk (all of it below
 // chunk_bytes). Each document lies wholly in one split, so the splits are disjoint.
+//
+// Tail split (text format only, for a corpus that is one long file such as tinyshakespeare): the last
+// val_fraction of every file's bytes, from the first line start at or after the cut, is a validation document
+// and the rest a training one; the usual "first 90% train, last 10% val" split.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -24,6 +28,7 @@
 namespace inkstone {
 
 enum class InputFormat { text, jsonl, fortune };
+enum class ValSplit { documents, tail };
 
 // "text", "jsonl" or "fortune"; anything else is an InputError.
 InputFormat input_format_from_name(const std::string& name);
@@ -34,6 +39,7 @@ struct PrepareOptions {
   InputFormat format = InputFormat::text;
   std::string jsonl_field = "text";
   double val_fraction = 0.05;
+  ValSplit val_split = ValSplit::documents;
   int64_t max_shard_tokens = int64_t{64} << 20;
   // Text documents are read and encoded in pieces of about this size, cut after a newline where possible.
   int64_t chunk_bytes = int64_t{16} << 20;

@@ -22,6 +22,7 @@ struct PrepareArgs {
   std::string field = "text";
   std::string preset;
   double val_fraction = 0.05;
+  std::string val_split = "documents";
   int64_t shard_tokens = int64_t{64} << 20;
 };
 
@@ -53,6 +54,7 @@ int run_prepare(const PrepareArgs& args) {
   }
   options.out_dir = args.out;
   options.val_fraction = args.val_fraction;
+  options.val_split = args.val_split == "tail" ? ValSplit::tail : ValSplit::documents;
   options.max_shard_tokens = args.shard_tokens;
   options.show_progress = true;
   const auto tokenizer = load_tokenizer(args.tokenizer);
@@ -78,6 +80,10 @@ void add_data_command(CLI::App& app, Action& action) {
   prepare->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
   prepare->add_option("--val-fraction", args->val_fraction, "Share of documents for validation (see data_prepare.h)")
       ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
+  prepare->add_option("--val-split", args->val_split,
+                      "documents: whole documents by hash; tail: the last fraction of each text file")
+      ->check(CLI::IsMember({"documents", "tail"}))
       ->capture_default_str();
   prepare->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard before the next one starts")
       ->check(CLI::PositiveNumber)

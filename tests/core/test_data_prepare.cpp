@@ -186,6 +186,29 @@ TEST(PrepareSplits, TwoDocumentsGiveOneOfEach) {
   EXPECT_EQ(split_documents(dir / "out", "val"), std::vector<std::string>{"second"});
 }
 
+// The last fraction of a text file, from a line start, is validation — also when read in many small pieces.
+TEST(PrepareSplits, TailSplitCutsEachFileAtALineStart) {
+  const auto dir = testing::temp_dir("prepare_tail");
+  std::string text;
+  for (int i = 0; i < 100; ++i) text += fmt::format("line {:03}\n", i);  // 9 bytes a line
+  write_text(dir / "one.txt", text);
+  for (int64_t chunk : {int64_t{1} << 20, int64_t{20}, int64_t{4}}) {
+    FakeTokenizer tokenizer;
+    PrepareOptions options = options_for({dir / "one.txt"}, dir / "out", InputFormat::text, 0.1);
+    options.val_split = ValSplit::tail;
+    options.chunk_bytes = chunk;
+    const auto summary = prepare_data(options, tokenizer);
+    // The cut is at byte ceil(0.9 * 900) = 810, a line start: lines 90..99 are validation.
+    EXPECT_EQ(split_documents(dir / "out", "train"), std::vector<std::string>{text.substr(0, 810)}) << chunk;
+    EXPECT_EQ(split_documents(dir / "out", "val"), std::vector<std::string>{text.substr(810)}) << chunk;
+    EXPECT_NE(summary.manifest.val_rule.find("last fraction"), std::string::npos);
+  }
+  PrepareOptions jsonl = options_for({dir / "one.txt"}, dir / "bad", InputFormat::jsonl, 0.1);
+  jsonl.val_split = ValSplit::tail;
+  FakeTokenizer tokenizer;
+  EXPECT_NE(error_of([&] { prepare_data(jsonl, tokenizer); }).find("--val-split tail"), std::string::npos);
+}
+
 TEST(PrepareJsonl, ReadsTheNamedFieldAndNamesTheBadLine) {
   const auto dir = testing::temp_dir("prepare_jsonl");
   write_text(dir / "ok.jsonl", "{\"body\": \"one\"}\n\n{\"body\": \"two\", \"n\": 2}\r\n");
