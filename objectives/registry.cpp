@@ -5,6 +5,8 @@
 
 #include "core/errors.h"
 #include "objectives/ar.h"
+#include "objectives/masked_diffusion.h"
+#include "objectives/uniform_diffusion.h"
 
 namespace inkstone {
 
@@ -12,6 +14,10 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer&
   using Factory = std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)>;
   static const std::map<std::string, Factory> registry = {
       {"ar", [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }},
+      {"uniform_diffusion",
+       [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }},
+      {"masked_diffusion",
+       [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }},
   };
   auto it = registry.find(config.objective.name);
   if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));

@@ -1,0 +1,65 @@
+// What the uniform and masked diffusion objectives share: time sampling, the model call (bidirectional, with
+// σ_t = −log α_t when the model is time-conditioned), the training weight, the metrics and the fixed-seed NELBO
+// evaluation (diffusion.md §4, §5.5, §7, §10.1). A subclass says what a corrupted token becomes and what one
+// token's NELBO is.
+#pragma once
+#include <memory>
+
+#include <ATen/core/Generator.h>
+
+#include "objectives/noise_schedule.h"
+#include "objectives/noise_support.h"
+#include "objectives/objective.h"
+
+namespace inkstone {
+
+// The training loss is ℓ·w(t). On the log-SNR integrand of §5.3 the ELBO puts the weight |dλ/dt|; `snr` replaces
+// it by 1 (GIDD's SNR weighting, §5.5), and max_weight > 0 clips whichever of the two is chosen, so
+// w = min(weight, max_weight) / |dλ/dt|.
+torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t);
+
+// Per-token results of one batch at given times and noisy tokens.
+struct DiffusionScores {
+  torch::Tensor nelbo;      // [B, L] ℓ, 0 off real tokens
+  torch::Tensor weighted;   // [B, L] ℓ·w(t), the training loss, 0 off real tokens
+  torch::Tensor corrupted;  // [B, L] bool: z_t ≠ x on a real token
+  torch::Tensor real;       // [B, L] bool
+};
+
+class DiffusionObjective : public Objective {
+ public:
+  DiffusionObjective(const Config& config, const Tokenizer& tokenizer);
+  ObjectiveNeeds needs() const override;
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
+  // NELBO per token over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
+  // run.seed. perplexity and bits_per_byte are upper bounds (§10.1–10.2).
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+
+  // z_t for clean tokens x [B, L] at signal level alpha (broadcastable to x): each token is replaced with
+  // probability 1 − α. Drawn on x's device from `generator` (nullptr: the default one).
+  torch::Tensor corrupt(const torch::Tensor& x, const torch::Tensor& alpha, at::Generator* generator) const;
+  // The model's scores of noisy tokens z at times t ([B, 1] or [B, L], float32 on the batch's device).
+  DiffusionScores score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
+                        const torch::Tensor& z) const;
+
+  const NoiseSchedule& schedule() const { return *schedule_; }
+  const NoiseSupport& support() const { return support_; }
+
+ protected:
+  // What each token of x [B, L] would be replaced by.
+  virtual torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const = 0;
+  // ℓ per token [B, L] from fp32 logits [B, L, V].
+  virtual torch::Tensor token_nelbo(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
+                                    const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const = 0;
+
+ private:
+  // InputError naming the first real clean token outside the support, whose NELBO would be infinite.
+  void check_clean_tokens(const Batch& batch) const;
+
+  Config config_;
+  std::unique_ptr<NoiseSchedule> schedule_;
+  NoiseSupport support_;
+  bool checked_ = false;
+};
+
+}  // namespace inkstone
