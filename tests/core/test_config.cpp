@@ -115,7 +115,7 @@ TEST(Config, MissingFileIsAnError) {
 
 TEST(Config, EveryExampleInConfigsLoads) {
   int count = 0;
-  for (const auto& entry : std::filesystem::directory_iterator(testing::source_dir() / "configs")) {
+  for (const auto& entry : std::filesystem::recursive_directory_iterator(testing::source_dir() / "configs")) {
     if (entry.path().extension() != ".toml") continue;
     SCOPED_TRACE(entry.path().filename().string());
     EXPECT_NO_THROW(load_config(entry.path().string()));
