@@ -6,6 +6,19 @@
 
 namespace inkstone {
 
+// What RL objectives know about a batch of rollouts beyond its tokens (all undefined for token windows). A row
+// is a prompt followed by its completion, right-padded; rows of one group are adjacent and a batch holds whole
+// groups, so group statistics never cross a batch boundary. Per-token log-probs sit at the position of the token
+// they score (log p(tokens[t] | tokens[<t])), 0 off the policy mask.
+struct RolloutAnnotations {
+  torch::Tensor policy;             // [B, W] bool: tokens the policy generated
+  torch::Tensor old_log_probs;      // [B, W] float: the rollout weights, recomputed by the trainer (no grad)
+  torch::Tensor ref_log_probs;      // [B, W] float: the reference model; undefined: the reference is pi_old
+  torch::Tensor rollout_log_probs;  // [B, W] float: as the sampler reported them
+  torch::Tensor rewards;            // [B] float
+  torch::Tensor groups;             // [B] int64: rows with the same id answer the same prompt
+};
+
 struct Batch {
   torch::Tensor tokens;  // [B, W] int64
   torch::Tensor real;    // [B, W] bool: false at padding
@@ -13,6 +26,7 @@ struct Batch {
   // objective stratifying over the batch (diffusion time) sees the same strata for any accumulation split.
   int64_t first_row = 0;
   int64_t total_rows = 0;  // 0: these rows are the whole batch
+  RolloutAnnotations rollout;
 };
 
 // The validation split as a fixed sequence of batches, so one checkpoint always gives the same numbers.

@@ -31,6 +31,19 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// Folds one micro-batch's metrics into the step's with `combine` (sum, min or max).
+template <typename Combine>
+void merge_metrics(std::map<std::string, torch::Tensor>& into, const std::map<std::string, torch::Tensor>& from,
+                   Combine combine) {
+  for (const auto& [name, value] : from) {
+    auto it = into.find(name);
+    if (it == into.end())
+      into.emplace(name, value.detach());
+    else
+      it->second = combine(it->second, value.detach());
+  }
+}
+
 }  // namespace
 
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
@@ -70,13 +83,9 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
     out.loss_sum.backward();
     acc.loss_sum += out.loss_sum.detach().to(torch::kFloat);
     acc.count += out.count;
-    for (auto& [name, value] : out.metric_sums) {
-      auto it = acc.metric_sums.find(name);
-      if (it == acc.metric_sums.end())
-        acc.metric_sums.emplace(name, value.detach());
-      else
-        it->second = it->second + value.detach();
-    }
+    merge_metrics(acc.metric_sums, out.metric_sums, [](auto a, auto b) { return a + b; });
+    merge_metrics(acc.metric_mins, out.metric_mins, [](auto a, auto b) { return torch::minimum(a, b); });
+    merge_metrics(acc.metric_maxes, out.metric_maxes, [](auto a, auto b) { return torch::maximum(a, b); });
   }
   // Gradients hold d(sum of unit losses); dividing by the total makes them d(mean) for any micro-batching.
   const auto inverse_count = 1.0 / acc.count.clamp_min(1.0);
@@ -213,6 +222,8 @@ TrainResult Trainer::run() {
                              {"elapsed_s", elapsed_before_s_ + seconds_since(session_start)}};
       const double units = std::max(acc.count.item<double>(), 1.0);
       for (auto& [name, value] : acc.metric_sums) line[name] = value.item<double>() / units;
+      for (auto& [name, value] : acc.metric_mins) line[name] = value.item<double>();
+      for (auto& [name, value] : acc.metric_maxes) line[name] = value.item<double>();
       log.append(line);
       progress.update(done - first_step,
                       fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train.steps,

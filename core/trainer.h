@@ -30,6 +30,8 @@ struct AccumulatedStep {
   torch::Tensor loss_sum;  // 0-d, detached
   torch::Tensor count;     // 0-d
   std::map<std::string, torch::Tensor> metric_sums;
+  std::map<std::string, torch::Tensor> metric_mins;
+  std::map<std::string, torch::Tensor> metric_maxes;
 };
 // Runs the objective on each micro-batch, backpropagating loss sums, then divides the gradients of
 // `parameters` by the total count, so any split of a batch into micro-batches gives the full batch's gradient.

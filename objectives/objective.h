@@ -14,8 +14,13 @@
 
 namespace inkstone {
 
+// Where an objective's batches come from: token windows of a dataset, or rollouts of the policy being trained
+// (batches carry RolloutAnnotations).
+enum class BatchKind { windows, rollouts };
+
 // What an objective asks of the backbone and of the data.
 struct ObjectiveNeeds {
+  BatchKind consumes = BatchKind::windows;
   MaskMode mask = MaskMode::causal;
   bool time_input = false;     // feeds a noise level to the model's time conditioning
   int64_t window_extra = 0;    // tokens per window beyond data.seq_len (next-token targets need 1)
@@ -28,6 +33,9 @@ struct LossOutput {
   torch::Tensor count;     // 0-d
   // Per-unit sums over the same units as the loss (reported as sum / count); 0-d tensors, no host sync.
   std::map<std::string, torch::Tensor> metric_sums;
+  // Extremes over the units (reported as they are); 0-d tensors.
+  std::map<std::string, torch::Tensor> metric_mins;
+  std::map<std::string, torch::Tensor> metric_maxes;
 };
 
 class Objective {
@@ -38,6 +46,9 @@ class Objective {
   virtual LossOutput loss(LanguageModelImpl& model, const Batch& batch) = 0;
   // Validation metrics over the whole source (float64 accumulation). Keys include loss_nats.
   virtual std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
+  // Statistics of a whole rollout batch that are fixed before any update (e.g. quantiles of quantities computed
+  // without gradient); the RL trainer logs them once per batch. Window objectives have none.
+  virtual std::map<std::string, double> rollout_metrics(const Batch&) const { return {}; }
 };
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).

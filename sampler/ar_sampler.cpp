@@ -59,9 +59,9 @@ PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int64_t n
           lengths.to(device)};
 }
 
-// Cuts each row after its first eos and turns it into a sample.
+// Cuts each row after its first eos or its stop step and turns it into a sample.
 std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& log_probs, int64_t steps,
-                              int64_t num_samples, int64_t eos_id) {
+                              int64_t num_samples, int64_t eos_id, const std::vector<int64_t>& stop_steps) {
   const auto host_tokens = tokens.narrow(1, 0, steps).cpu();
   const auto host_log_probs = log_probs.narrow(1, 0, steps).cpu();
   const auto t = host_tokens.accessor<int64_t, 2>();
@@ -77,14 +77,61 @@ std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& 
         sample.finish = FinishReason::eos;
         break;
       }
+      if (i == stop_steps[r]) {
+        sample.finish = FinishReason::stop;
+        break;
+      }
     }
   }
   return samples;
 }
 
+// Rows whose stop_when turned true at this step: their generated tokens so far are kept on the host.
+class StopTracker {
+ public:
+  StopTracker(const ArSampleOptions& options, int64_t rows)
+      : options_(options), generated_(static_cast<size_t>(rows)), stop_steps_(static_cast<size_t>(rows), -1) {}
+
+  bool active() const { return static_cast<bool>(options_.stop_when); }
+
+  // Marks rows that stop at `step` in `finished` (rows already finished are left alone).
+  void update(const torch::Tensor& drawn, int64_t step, torch::Tensor& finished) {
+    const auto host_drawn = drawn.cpu();
+    const auto host_finished = finished.cpu();
+    auto newly = torch::zeros_like(host_finished);
+    const auto drawn_at = host_drawn.accessor<int64_t, 1>();
+    const auto finished_at = host_finished.accessor<bool, 1>();
+    auto newly_at = newly.accessor<bool, 1>();
+    for (int64_t r = 0; r < drawn_at.size(0); ++r) {
+      if (finished_at[r]) continue;
+      auto& row = generated_[static_cast<size_t>(r)];
+      row.push_back(static_cast<int32_t>(drawn_at[r]));
+      if (options_.stop_when(row)) {
+        stop_steps_[static_cast<size_t>(r)] = step;
+        newly_at[r] = true;
+      }
+    }
+    finished |= newly.to(finished.device());
+  }
+
+  const std::vector<int64_t>& stop_steps() const { return stop_steps_; }
+
+ private:
+  const ArSampleOptions& options_;
+  std::vector<std::vector<int32_t>> generated_;
+  std::vector<int64_t> stop_steps_;
+};
+
 }  // namespace
 
-std::string to_string(FinishReason reason) { return reason == FinishReason::eos ? "eos" : "length"; }
+std::string to_string(FinishReason reason) {
+  switch (reason) {
+    case FinishReason::eos: return "eos";
+    case FinishReason::stop: return "stop";
+    case FinishReason::length: return "length";
+  }
+  return "length";
+}
 
 ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                      const ArSampleOptions& options) {
@@ -112,16 +159,16 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   auto sequence = batch.tokens;
   auto logits = model->forward(sequence, args).logits.select(1, -1);
 
+  StopTracker stops(options, rows);
   int64_t steps = 0;
   while (steps < max_new) {
     const auto draw = draw_tokens(logits, options.sampling, generator);
     drawn.select(1, steps).copy_(draw.tokens);
     drawn_log_probs.select(1, steps).copy_(draw.log_probs);
+    if (stops.active()) stops.update(draw.tokens, steps, finished);
     ++steps;
-    if (options.eos_id >= 0) {
-      finished |= draw.tokens == options.eos_id;
-      if (finished.all().item<bool>()) break;
-    }
+    if (options.eos_id >= 0) finished |= draw.tokens == options.eos_id;
+    if ((options.eos_id >= 0 || stops.active()) && finished.all().item<bool>()) break;
     if (steps == max_new) break;
 
     const auto token = draw.tokens.unsqueeze(1);
@@ -139,7 +186,7 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   }
 
   ArSampleResult result;
-  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.eos_id);
+  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.eos_id, stops.stop_steps());
   for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);

@@ -1,0 +1,21 @@
+// Per-token log-probabilities of a rollout batch's own tokens under a model: the ℓ terms of every RL objective
+// (rl.md §1) and the trainer's old and reference log-probs come from this one function.
+#pragma once
+#include <torch/types.h>
+
+#include "core/batch.h"
+#include "models/language_model.h"
+
+namespace inkstone {
+
+struct PolicyLogProbs {
+  torch::Tensor log_probs;  // [B, W]: log softmax(logits / T) at tokens[t] given tokens[<t]; 0 off the policy mask
+  torch::Tensor entropy;    // [B, W]: entropy of that distribution on the policy mask, 0 elsewhere; if asked
+};
+
+// Rows are right-padded, so the causal mask alone keeps padding out of every real position.
+// Sequence log-probs ℓ_i are their sums over the row.
+PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
+                                bool with_entropy = false);
+
+}  // namespace inkstone

@@ -1,0 +1,45 @@
+// RL rollouts: G completions per prompt from the AR sampler, laid out as a training batch of prompt + completion
+// rows with the policy mask and the sampler's per-token log-probs (rl.md §1, ℓ^roll).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/batch.h"
+#include "core/tokenizer.h"
+#include "models/language_model.h"
+#include "sampler/sampling.h"
+
+namespace inkstone {
+
+struct RolloutOptions {
+  int64_t group_size = 8;
+  int64_t max_new_tokens = 64;
+  SamplingParams sampling;
+  int64_t seed = 0;
+  std::vector<std::string> stop;  // a completion ends after the first of these appears in its decoded text
+};
+
+struct Rollouts {
+  // Rows in prompt-major order (group g = rows g·G .. g·G+G−1), right-padded to the longest row, on the model's
+  // device; rollout.policy, rollout.rollout_log_probs and rollout.groups are set.
+  Batch batch;
+  std::vector<std::string> completions;  // decoded, special tokens dropped
+  std::vector<int64_t> lengths;          // completion tokens |y_i|
+  std::vector<bool> truncated;           // reached max_new_tokens without eos or a stop string
+  int64_t generated_tokens = 0;
+  double seconds = 0;
+  double tokens_per_s = 0;
+};
+
+// A prompt's token ids: bos (else eos) and the text. Pretraining windows run across documents that each end in
+// eos, so a document's text follows that token.
+std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text);
+
+// Prompts are token ids (non-empty). Group ids are first_group + prompt index, so batches drawn at different
+// times never share one. Completions end at the tokenizer's eos, a stop string, or max_new_tokens.
+Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
+                           const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
+                           int64_t first_group = 0);
+
+}  // namespace inkstone

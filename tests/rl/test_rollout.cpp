@@ -1,0 +1,85 @@
+// Rollouts: the batch layout, log-probs equal to a full forward's at the drawn tokens, and stop strings.
+#include <gtest/gtest.h>
+
+#include "core/byte_tokenizer.h"
+#include "objectives/policy_log_probs.h"
+#include "tests/rl/rl_fixtures.h"
+#include "sampler/rollout.h"
+
+namespace inkstone {
+namespace {
+
+const std::vector<std::vector<int32_t>> kPrompts = {{'1', '+', '2', '='}, {'7', '*'}, {'x'}};
+
+RolloutOptions options(double temperature, std::vector<std::string> stop = {}) {
+  RolloutOptions o;
+  o.group_size = 3;
+  o.max_new_tokens = 10;
+  o.sampling.temperature = temperature;
+  o.seed = 4;
+  o.stop = std::move(stop);
+  return o;
+}
+
+TEST(Rollout, LayoutGroupsLengthsAndTruncation) {
+  ByteTokenizer tokenizer;
+  auto model = testing::tiny_policy(tokenizer.vocab_size());
+  const Rollouts r = generate_rollouts(model, tokenizer, kPrompts, options(1.0), /*first_group=*/10);
+  ASSERT_EQ(r.batch.tokens.size(0), 9);
+  int64_t generated = 0;
+  for (int64_t i = 0; i < 9; ++i) {
+    const auto& prompt = kPrompts[i / 3];
+    EXPECT_EQ(r.batch.rollout.groups[i].item<int64_t>(), 10 + i / 3);
+    EXPECT_EQ(r.batch.rollout.policy[i].sum().item<int64_t>(), r.lengths[i]);
+    EXPECT_EQ(r.batch.real[i].sum().item<int64_t>(), static_cast<int64_t>(prompt.size()) + r.lengths[i]);
+    for (size_t t = 0; t < prompt.size(); ++t) EXPECT_EQ(r.batch.tokens[i][t].item<int64_t>(), prompt[t]);
+    const int64_t last = r.batch.tokens[i][static_cast<int64_t>(prompt.size()) + r.lengths[i] - 1].item<int64_t>();
+    EXPECT_EQ(r.truncated[i], last != tokenizer.specials().eos);
+    EXPECT_EQ(r.truncated[i], r.lengths[i] == 10 && last != tokenizer.specials().eos);
+    generated += r.lengths[i];
+  }
+  EXPECT_EQ(r.generated_tokens, generated);
+  EXPECT_GT(r.tokens_per_s, 0);
+}
+
+TEST(Rollout, LogProbsEqualAFullForwardAtTheDrawnTokens) {
+  ByteTokenizer tokenizer;
+  auto model = testing::tiny_policy(tokenizer.vocab_size());
+  for (double temperature : {1.0, 0.7}) {
+    const Rollouts r = generate_rollouts(model, tokenizer, kPrompts, options(temperature));
+    torch::NoGradGuard no_grad;
+    const auto full = policy_log_probs(*model, r.batch, temperature).log_probs;
+    EXPECT_TRUE(torch::allclose(full, r.batch.rollout.rollout_log_probs, 1e-4, 1e-4))
+        << "temperature " << temperature << ", max diff "
+        << (full - r.batch.rollout.rollout_log_probs).abs().max().item<double>();
+  }
+}
+
+// The same seed draws the same tokens, so with a stop string each completion is the unstopped one cut right
+// after the string's first appearance.
+TEST(Rollout, StopStringsEndCompletionsAtTheirFirstAppearance) {
+  ByteTokenizer tokenizer;
+  auto model = testing::tiny_policy(tokenizer.vocab_size());
+  const Rollouts free = generate_rollouts(model, tokenizer, kPrompts, options(1.0));
+  std::string stop;
+  for (const auto& text : free.completions)
+    if (text.size() >= 6) stop = text.substr(3, 2);
+  ASSERT_FALSE(stop.empty()) << "no completion long enough to take a stop string from";
+
+  const Rollouts stopped = generate_rollouts(model, tokenizer, kPrompts, options(1.0, {"no such text", stop}));
+  int64_t cut = 0;
+  for (size_t i = 0; i < free.completions.size(); ++i) {
+    const auto at = free.completions[i].find(stop);
+    if (at == std::string::npos) {
+      EXPECT_EQ(stopped.completions[i], free.completions[i]);
+      continue;
+    }
+    ++cut;
+    EXPECT_EQ(stopped.completions[i], free.completions[i].substr(0, at + stop.size()));
+    EXPECT_FALSE(stopped.truncated[i]);
+  }
+  EXPECT_GE(cut, 1);
+}
+
+}  // namespace
+}  // namespace inkstone
