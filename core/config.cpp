@@ -202,6 +202,17 @@ void validate(const Config& c) {
   if (c.diffusion.log_snr_min >= c.diffusion.log_snr_max)
     throw InputError(fmt::format("diffusion.log_snr_min = {} must be below diffusion.log_snr_max = {}",
                                  c.diffusion.log_snr_min, c.diffusion.log_snr_max));
+  if (c.rl.prompts_per_step % c.rl.mini_batches != 0)
+    throw InputError(fmt::format("rl.mini_batches = {} must divide rl.prompts_per_step = {} (a mini-batch holds "
+                                 "whole groups)",
+                                 c.rl.mini_batches, c.rl.prompts_per_step));
+  if (c.grpo.kl_coef > 0 && c.rl.reference != "initial")
+    throw InputError("grpo.kl_coef > 0 needs rl.reference = \"initial\": the KL to the rollout policy is not a "
+                     "penalty");
+  // rl.md §2.4: correct answers are under-sampled early, so raising them should be allowed the larger step.
+  if (c.objective.name == "gflowrl" && c.gflowrl.push_up < c.gflowrl.push_down)
+    fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
+               c.gflowrl.push_up, c.gflowrl.push_down);
   for (const auto& group : c.optim.no_decay) {
     static const std::vector<std::string> groups = {"norm", "bias", "embedding"};
     if (std::find(groups.begin(), groups.end(), group) == groups.end())

@@ -36,7 +36,7 @@ struct ModelConfig {
 };
 
 struct ObjectiveConfig {
-  std::string name;  // ar | uniform_diffusion | masked_diffusion
+  std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo
 };
 
 // Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
@@ -51,6 +51,54 @@ struct DiffusionConfig {
   std::string weighting;       // elbo | snr (training loss; eval always reports the ELBO)
   double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
+};
+
+// RL post-training from a pretrained checkpoint (objectives that consume rollouts); see rl/rl_trainer.h.
+struct RlConfig {
+  std::string init_checkpoint;        // checkpoint or run folder the policy (and the reference) start from
+  std::string task;                   // gsm8k | math | arithmetic | countdown (rl/task.h)
+  std::string task_path;              // gsm8k, math: the training problems
+  std::string eval_path;              // gsm8k, math: the held-out problems
+  int64_t task_size;                  // procedural tasks: distinct problems
+  int64_t difficulty;                 // procedural tasks
+  int64_t task_seed;                  // procedural tasks: training problems
+  int64_t eval_seed;                  // procedural tasks: held-out problems
+  std::string prompt_template;        // "{question}" is replaced by the problem
+  std::vector<std::string> rewards;   // "name" or "name=weight", summed
+  int64_t prompts_per_step;
+  int64_t group_size;                 // G rollouts per prompt
+  int64_t epochs;                     // optimisation passes over one rollout batch
+  int64_t mini_batches;               // optimizer steps per epoch; each holds whole groups
+  int64_t max_new_tokens;
+  double temperature;                 // rollouts and the trainer's log-probs
+  double top_p;
+  std::vector<std::string> stop;      // a completion ends after the first of these strings
+  std::string reference;              // initial: frozen copy of the initial policy | old: the rollout policy
+  int64_t eval_prompts;
+  int64_t eval_samples;               // k samples per held-out problem (pass@1 = mean, pass@k for powers of 2)
+  double eval_temperature;
+};
+
+// GFlowRL (rl.md §2).
+struct GflowrlConfig {
+  double beta;
+  double push_up;            // flow-gap clip bound on the side that raises log pi (g < 0)
+  double push_down;          // bound on the side that lowers it (g > 0)
+  double is_eps;             // IS weight cap 1 + is_eps
+  std::string is_ratio;      // raw | geometric
+  std::string norm;          // none | both | paper
+  bool filter_degenerate;    // drop groups whose rewards are all equal
+  double tis_cap;            // truncated IS against rollout/trainer drift (rl.md §5); 0: off
+};
+
+// GRPO / DAPO (rl.md §4).
+struct GrpoConfig {
+  double eps_low;
+  double eps_high;
+  std::string scale_rewards;  // group | none
+  double adv_eps;
+  std::string aggregation;    // token_mean | seq_mean_token_mean | seq_mean_token_sum | dr_grpo
+  double kl_coef;             // k3 KL to the reference; 0: off
 };
 
 struct DataConfig {
@@ -112,6 +160,9 @@ struct Config {
   ScheduleConfig schedule;
   TrainConfig train;
   SampleConfig sample;
+  RlConfig rl;
+  GflowrlConfig gflowrl;
+  GrpoConfig grpo;
 };
 
 // The documented defaults.

@@ -70,7 +70,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
 
       INKSTONE_FIELD(objective, name, "ar", "Training objective.")
-          .one_of({"ar", "uniform_diffusion", "masked_diffusion"}),
+          .one_of({"ar", "uniform_diffusion", "masked_diffusion", "gflowrl", "grpo"}),
 
       INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
           .one_of({"log_linear", "cosine", "log_snr"}),
@@ -142,6 +142,60 @@ std::vector<FieldSpec> build_schema() {
           .one_of({"ancestral", "confidence"}),
       INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
           .one_of({"ancestral", "greedy", "none"}),
+
+      INKSTONE_FIELD(rl, init_checkpoint, "", "Checkpoint or run folder the policy and the reference start from."),
+      INKSTONE_FIELD(rl, task, "arithmetic", "Prompt source and verifier (rl/task.h).")
+          .one_of({"gsm8k", "math", "arithmetic", "countdown"}),
+      INKSTONE_FIELD(rl, task_path, "", "gsm8k: a jsonl file; math: a json array file (training problems)."),
+      INKSTONE_FIELD(rl, eval_path, "", "gsm8k, math: the held-out problems."),
+      INKSTONE_FIELD(rl, task_size, int64_t{10000}, "Procedural tasks: distinct problems.").at_least(1),
+      INKSTONE_FIELD(rl, difficulty, int64_t{1}, "Procedural tasks: terms, digits or numbers.").range(1, 100),
+      INKSTONE_FIELD(rl, task_seed, int64_t{0}, "Procedural tasks: seed of the training problems.").at_least(0),
+      INKSTONE_FIELD(rl, eval_seed, int64_t{1}, "Procedural tasks: seed of the held-out problems.").at_least(0),
+      INKSTONE_FIELD(rl, prompt_template, "{question}\n", "How a problem is shown; {question} is replaced."),
+      INKSTONE_FIELD(rl, rewards, (Strings{"correct"}), "Rewards summed, each \"name\" or \"name=weight\"."),
+      INKSTONE_FIELD(rl, prompts_per_step, int64_t{8}, "Prompts per rollout batch.").at_least(1),
+      INKSTONE_FIELD(rl, group_size, int64_t{8}, "Rollouts per prompt (G).").at_least(2),
+      INKSTONE_FIELD(rl, epochs, int64_t{1}, "Optimisation passes over each rollout batch.").at_least(1),
+      INKSTONE_FIELD(rl, mini_batches, int64_t{1}, "Optimizer steps per epoch; must divide prompts_per_step.")
+          .at_least(1),
+      INKSTONE_FIELD(rl, max_new_tokens, int64_t{64}, "Longest completion (also Dr.GRPO's normaliser).")
+          .at_least(1),
+      INKSTONE_FIELD(rl, temperature, 1.0, "Rollout temperature; the trainer's log-probs use it too.")
+          .range(1e-3, 100),
+      INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").range(0, 1),
+      INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos)."),
+      INKSTONE_FIELD(rl, reference, "initial", "initial: a frozen copy of the initial policy; old: the rollout "
+                     "policy (drift d = 0).")
+          .one_of({"initial", "old"}),
+      INKSTONE_FIELD(rl, eval_prompts, int64_t{64}, "Held-out problems per evaluation.").at_least(1),
+      INKSTONE_FIELD(rl, eval_samples, int64_t{8}, "Samples per held-out problem (pass@1 is their mean).")
+          .at_least(1),
+      INKSTONE_FIELD(rl, eval_temperature, 1.0, "Evaluation sampling temperature.").range(1e-3, 100),
+
+      INKSTONE_FIELD(gflowrl, beta, 8.0, "Inverse temperature of the reward in the target pi_ref exp(beta r).")
+          .range(0, 1e6),
+      INKSTONE_FIELD(gflowrl, push_up, 0.28, "Flow-gap clip bound where gradient descent raises log pi (g < 0).")
+          .range(0, inf),
+      INKSTONE_FIELD(gflowrl, push_down, 0.2, "Flow-gap clip bound where it lowers log pi (g > 0).")
+          .range(0, inf),
+      INKSTONE_FIELD(gflowrl, is_eps, 0.2, "IS weight cap: w = min(ratio, 1 + is_eps).").range(0, inf),
+      INKSTONE_FIELD(gflowrl, is_ratio, "geometric", "raw: exp(rho); geometric: exp(rho / |y|).")
+          .one_of({"raw", "geometric"}),
+      INKSTONE_FIELD(gflowrl, norm, "none", "Length normalisation of the drift and ratio terms.")
+          .one_of({"none", "both", "paper"}),
+      INKSTONE_FIELD(gflowrl, filter_degenerate, true, "Drop groups whose rewards are all equal."),
+      INKSTONE_FIELD(gflowrl, tis_cap, 0.0, "Truncated IS cap against rollout/trainer drift; 0: off.")
+          .range(0, inf),
+
+      INKSTONE_FIELD(grpo, eps_low, 0.2, "PPO ratio clip below 1.").range(0, 1),
+      INKSTONE_FIELD(grpo, eps_high, 0.2, "PPO ratio clip above 1 (DAPO clip-higher: 0.28).").range(0, inf),
+      INKSTONE_FIELD(grpo, scale_rewards, "group", "group: divide advantages by the group std; none: Dr.GRPO.")
+          .one_of({"group", "none"}),
+      INKSTONE_FIELD(grpo, adv_eps, 1e-4, "Added to the group std.").range(0, 1),
+      INKSTONE_FIELD(grpo, aggregation, "token_mean", "How per-token losses become the batch loss.")
+          .one_of({"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"}),
+      INKSTONE_FIELD(grpo, kl_coef, 0.0, "k3 KL penalty to the reference per token; 0: off.").range(0, inf),
   };
   std::vector<FieldSpec> specs;
   for (auto& b : f) specs.push_back(std::move(b.spec));

@@ -5,6 +5,8 @@
 
 #include "core/errors.h"
 #include "objectives/ar.h"
+#include "objectives/gflowrl.h"
+#include "objectives/grpo.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"
 
@@ -18,6 +20,8 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer&
        [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }},
       {"masked_diffusion",
        [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }},
+      {"gflowrl", [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }},
+      {"grpo", [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }},
   };
   auto it = registry.find(config.objective.name);
   if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));

@@ -1,0 +1,26 @@
+// GRPO / DAPO as in common trainers (rl.md §4): group-normalised advantages, a PPO surrogate with separate low
+// and high ratio clips, an optional k3 KL to the reference, and the trainers' loss aggregation modes.
+#pragma once
+#include "objectives/ar.h"
+#include "objectives/objective.h"
+
+namespace inkstone {
+
+class GrpoObjective : public Objective {
+ public:
+  explicit GrpoObjective(const Config& config);
+  std::string name() const override { return "grpo"; }
+  ObjectiveNeeds needs() const override;
+  // Units: policy tokens for token_mean, sequences otherwise (the §4 aggregation table).
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
+  // The policy is an AR model: windows are scored by next-token loss.
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+
+ private:
+  GrpoConfig config_;
+  double temperature_;
+  int64_t max_new_tokens_;  // Dr.GRPO's constant L_max
+  AutoregressiveObjective next_token_;
+};
+
+}  // namespace inkstone
