@@ -6,6 +6,7 @@
 #include "core/errors.h"
 #include "core/platform.h"
 #include "core/trainer.h"
+#include "rl/rl_trainer.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -19,6 +20,28 @@ struct TrainOptions {
   bool resume = false;
   bool print_defaults = false;
 };
+
+// Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint.
+int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx, bool resume) {
+  if (resume) throw InputError("RL runs start from rl.init_checkpoint; --resume is not supported for them");
+  if (config.rl.init_checkpoint.empty())
+    throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
+                                 config.objective.name));
+  TrainedModel init = load_trained_model(config.rl.init_checkpoint, config.run.device);
+  set_threads(config.run.threads);
+  config.model = init.config.model;  // the policy keeps the checkpoint's architecture
+  print_run_header(config, init.model, run_dir, init.device);
+  std::filesystem::create_directories(run_dir);
+  write_file_atomic(run_dir / "config.toml", config_to_toml(config));
+  init.tokenizer->save(run_dir / "tokenizer.json");
+
+  RlTrainer trainer(config, init.model, std::move(ctx.objective), init.tokenizer, run_dir, init.device);
+  RlResult result = trainer.run();
+  fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
+             result.last_checkpoint.string());
+  for (const auto& [name, value] : result.final_eval) fmt::print("  eval {} = {:.4f}\n", name, value);
+  return 0;
+}
 
 int train(const TrainOptions& o) {
   if (o.print_defaults) {
@@ -39,6 +62,8 @@ int train(const TrainOptions& o) {
   }
 
   RunContext ctx = prepare_run(config);
+  if (ctx.objective->needs().consumes == BatchKind::rollouts)
+    return train_rl(config, run_dir, std::move(ctx), o.resume);
   TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
   LanguageModel model = build_model_for(config, *ctx.tokenizer);
   print_run_header(config, model, run_dir, ctx.device);

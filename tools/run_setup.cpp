@@ -22,9 +22,14 @@ RunContext prepare_run(const Config& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   RunContext ctx;
   ctx.device = resolve_device(config.run.device);
-  if (config.data.tokenizer.empty() && config.data.path.empty())
-    throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare`");
-  ctx.tokenizer = load_tokenizer(config.data.tokenizer.empty() ? config.data.path : config.data.tokenizer);
+  // RL runs have no dataset: their tokenizer is the one stored with the checkpoint they start from.
+  const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer
+                                     : !config.data.path.empty()    ? config.data.path
+                                                                    : config.rl.init_checkpoint;
+  if (tokenizer_spec.empty())
+    throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare` (RL runs: set "
+                     "rl.init_checkpoint)");
+  ctx.tokenizer = load_tokenizer(tokenizer_spec);
   ctx.objective = make_objective(config, *ctx.tokenizer);
   return ctx;
 }

@@ -1,0 +1,330 @@
+#include "rl/rl_trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+
+#include "core/checkpoint.h"
+#include "core/counter_hash.h"
+#include "core/errors.h"
+#include "core/lr_schedule.h"
+#include "core/metrics_log.h"
+#include "core/module_weights.h"
+#include "core/optimizer_state.h"
+#include "core/progress.h"
+#include "core/rng_state.h"
+#include "core/trainer.h"
+#include "objectives/policy_log_probs.h"
+#include "rl/policy_eval.h"
+#include "sampler/rollout.h"
+
+namespace inkstone {
+namespace {
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+TaskOptions task_options(const RlConfig& rl, bool held_out) {
+  TaskOptions o;
+  o.name = rl.task;
+  o.path = held_out && !rl.eval_path.empty() ? rl.eval_path : rl.task_path;
+  o.size = rl.task_size;
+  o.difficulty = rl.difficulty;
+  o.seed = static_cast<uint64_t>(held_out ? rl.eval_seed : rl.task_seed);
+  o.prompt_template = rl.prompt_template;
+  return o;
+}
+
+// Rows [begin, end) of a rollout batch: whole groups, since mini-batches are cut at group boundaries.
+Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
+  auto rows = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, begin, end - begin) : t; };
+  Batch out;
+  out.tokens = rows(batch.tokens);
+  out.real = rows(batch.real);
+  out.first_row = begin;
+  out.total_rows = batch.tokens.size(0);
+  const auto& r = batch.rollout;
+  out.rollout = {rows(r.policy),  rows(r.old_log_probs), rows(r.ref_log_probs), rows(r.rollout_log_probs),
+                 rows(r.rewards), rows(r.groups)};
+  return out;
+}
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+}  // namespace
+
+std::vector<WeightedReward> weighted_rewards(const RlConfig& rl) {
+  std::vector<WeightedReward> rewards;
+  for (const auto& entry : rl.rewards) {
+    const auto eq = entry.find('=');
+    WeightedReward reward;
+    if (eq != std::string::npos) {
+      try {
+        size_t used = 0;
+        reward.weight = std::stod(entry.substr(eq + 1), &used);
+        if (used != entry.size() - eq - 1) throw std::invalid_argument(entry);
+      } catch (const std::exception&) {
+        throw InputError(fmt::format("rl.rewards entry '{}' must be \"name\" or \"name=weight\"", entry));
+      }
+    }
+    reward.function = make_reward_function(entry.substr(0, eq), rl.task);
+    rewards.push_back(reward);
+  }
+  if (rewards.empty()) throw InputError("rl.rewards is empty: name at least one reward (e.g. \"correct\")");
+  return rewards;
+}
+
+struct RlTrainer::Update {
+  double loss = 0;
+  double grad_norm = 0;
+  double grad_norm_max = 0;
+  double lr = 0;
+  double seconds = 0;
+  nlohmann::json objective_metrics = nlohmann::json::object();
+};
+
+RlTrainer::RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Objective> objective,
+                     std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device)
+    : config_(std::move(config)),
+      policy_(std::move(policy)),
+      objective_(std::move(objective)),
+      tokenizer_(std::move(tokenizer)),
+      run_dir_(std::move(run_dir)),
+      device_(device) {
+  if (objective_->needs().consumes != BatchKind::rollouts)
+    throw InputError(fmt::format("objective '{}' trains on token windows, not rollouts", objective_->name()));
+  policy_->to(device_);
+  if (config_.rl.reference == "initial") {
+    reference_ = build_language_model(policy_->config(), policy_->vocab_size());
+    load_module_weights(*reference_, module_weights(*policy_), "the initial policy");
+    reference_->to(device_);
+    reference_->eval();
+    for (auto& p : reference_->parameters()) p.requires_grad_(false);
+  }
+  train_problems_ = make_prompt_source(task_options(config_.rl, false));
+  eval_problems_ = make_prompt_source(task_options(config_.rl, true));
+  rewards_ = weighted_rewards(config_.rl);
+  auto groups = split_parameter_groups(*policy_, config_.optim.no_decay);
+  optimized_ = groups.decay;
+  optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
+  optimizer_ = make_adamw(groups, config_.optim);
+}
+
+// One rollout batch: generate, score, annotate with the trainer's log-probs, update, and describe it.
+nlohmann::json RlTrainer::rollout_step(int64_t step) {
+  const auto& rl = config_.rl;
+  const int64_t group = rl.group_size;
+  const auto prompts = draw_prompts(*train_problems_, static_cast<uint64_t>(config_.run.seed), step, 0,
+                                    rl.prompts_per_step);
+  std::vector<std::vector<int32_t>> ids;
+  for (const auto& p : prompts) ids.push_back(encode_prompt(*tokenizer_, p.text));
+  RolloutOptions options;
+  options.group_size = group;
+  options.max_new_tokens = rl.max_new_tokens;
+  options.sampling.temperature = rl.temperature;
+  options.sampling.top_p = rl.top_p;
+  options.seed = static_cast<int64_t>(counter_hash({static_cast<uint64_t>(config_.run.seed),
+                                                    static_cast<uint64_t>(step)}) >> 1);
+  options.stop = rl.stop;
+  Rollouts rollouts = generate_rollouts(policy_, *tokenizer_, ids, options, step * rl.prompts_per_step);
+
+  const int64_t rows = static_cast<int64_t>(rollouts.completions.size());
+  std::vector<double> rewards;
+  double correct = 0, unparsed = 0;
+  for (int64_t i = 0; i < rows; ++i) {
+    const CombinedReward reward = combine_rewards(rewards_, prompts[i / group], rollouts.completions[i]);
+    rewards.push_back(reward.total);
+    correct += reward.correct;
+    unparsed += !reward.parts.front().parsed;
+  }
+  Batch& batch = rollouts.batch;
+  batch.rollout.rewards = torch::tensor(rewards, torch::kDouble).to(device_, torch::kFloat);
+
+  nlohmann::json line;
+  {
+    torch::NoGradGuard no_grad;
+    const auto old = policy_log_probs(*policy_, batch, rl.temperature, /*with_entropy=*/true);
+    batch.rollout.old_log_probs = old.log_probs;
+    const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
+    line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
+    // rl.md §5: the sampler's and the trainer's log-probs of the same tokens at the same weights.
+    const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
+    line["rollout_drift_ratio_min"] = drift.min().item<double>();
+    line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
+    line["rollout_drift_ratio_max"] = drift.max().item<double>();
+    if (reference_) {
+      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl.temperature).log_probs;
+      const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
+      line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
+    }
+  }
+  for (const auto& [name, value] : objective_->rollout_metrics(batch)) line[name] = value;
+
+  int64_t degenerate = 0;
+  for (int64_t g = 0; g < rl.prompts_per_step; ++g) {
+    const auto first = rewards.begin() + g * group;
+    const auto [low, high] = std::minmax_element(first, first + group);
+    degenerate += *low == *high;
+  }
+  const double mean_reward = mean_of(rewards);
+  double square_sum = 0;
+  for (double r : rewards) square_sum += (r - mean_reward) * (r - mean_reward);
+  std::vector<double> lengths(rollouts.lengths.begin(), rollouts.lengths.end());
+  line["reward_mean"] = mean_reward;
+  line["reward_std"] = std::sqrt(square_sum / static_cast<double>(rows));
+  line["accuracy"] = correct / static_cast<double>(rows);
+  line["unparsed_fraction"] = unparsed / static_cast<double>(rows);
+  line["degenerate_groups"] = static_cast<double>(degenerate) / static_cast<double>(rl.prompts_per_step);
+  line["response_length_mean"] = mean_of(lengths);
+  line["response_length_max"] = *std::max_element(lengths.begin(), lengths.end());
+  line["truncated_fraction"] =
+      static_cast<double>(std::count(rollouts.truncated.begin(), rollouts.truncated.end(), true)) /
+      static_cast<double>(rows);
+  line["rollout_tokens_per_s"] = rollouts.tokens_per_s;
+
+  const Update u = update(batch);
+  line["loss"] = u.loss;
+  line["grad_norm"] = u.grad_norm;
+  line["grad_norm_max"] = u.grad_norm_max;
+  line["lr"] = u.lr;
+  line["train_tokens_per_s"] =
+      batch.real.sum().item<double>() * static_cast<double>(rl.epochs) / std::max(u.seconds, 1e-9);
+  line.update(u.objective_metrics);
+  return line;
+}
+
+// rl.epochs passes of rl.mini_batches optimizer steps over one rollout batch; each mini-batch is whole groups.
+RlTrainer::Update RlTrainer::update(const Batch& rollouts) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto& rl = config_.rl;
+  const int64_t rows = rollouts.tokens.size(0) / rl.mini_batches;
+  const int64_t total_optimizer_steps = config_.train.steps * rl.epochs * rl.mini_batches;
+  const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
+  std::vector<torch::Tensor> parameters;
+  for (auto& [name, p] : optimized_) parameters.push_back(p);
+
+  Update u;
+  std::map<std::string, double> sums, mins, maxes;
+  double count = 0;
+  std::vector<double> losses, norms;
+  for (int64_t epoch = 0; epoch < rl.epochs; ++epoch) {
+    for (int64_t m = 0; m < rl.mini_batches; ++m) {
+      u.lr = learning_rate_at(config_.schedule, config_.optim.learning_rate, optimizer_steps_++,
+                              total_optimizer_steps);
+      set_learning_rate(*optimizer_, u.lr);
+      optimizer_->zero_grad();
+      const Batch mini = slice_rows(rollouts, m * rows, (m + 1) * rows);
+      AccumulatedStep acc = accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast);
+      const double norm = clip_grad_norm(parameters, config_.optim.grad_clip).item<double>();
+      const double units = acc.count.item<double>();
+      const double loss = acc.loss_sum.item<double>() / std::max(units, 1.0);
+      if (!std::isfinite(loss) || !std::isfinite(norm)) {
+        if (++skipped_updates_ >= config_.train.max_bad_steps)
+          throw std::runtime_error(fmt::format("{} updates had a non-finite loss or gradient; stopping. Lower "
+                                               "optim.learning_rate or gflowrl.beta",
+                                               skipped_updates_));
+        continue;
+      }
+      // A mini-batch of degenerate groups only (GFlowRL's filter) has no units and no signal: no step, so
+      // weight decay and stale moments do not move the policy.
+      if (units == 0) continue;
+      optimizer_->step();
+      losses.push_back(loss);
+      norms.push_back(norm);
+      count += units;
+      for (auto& [name, v] : acc.metric_sums) sums[name] += v.item<double>();
+      for (auto& [name, v] : acc.metric_mins)
+        mins[name] = mins.count(name) ? std::min(mins[name], v.item<double>()) : v.item<double>();
+      for (auto& [name, v] : acc.metric_maxes)
+        maxes[name] = maxes.count(name) ? std::max(maxes[name], v.item<double>()) : v.item<double>();
+    }
+  }
+  u.loss = mean_of(losses);
+  u.grad_norm = mean_of(norms);
+  u.grad_norm_max = norms.empty() ? 0.0 : *std::max_element(norms.begin(), norms.end());
+  for (auto& [name, v] : sums) u.objective_metrics[name] = count > 0 ? v / count : 0.0;
+  for (auto& [name, v] : mins) u.objective_metrics[name] = v;
+  for (auto& [name, v] : maxes) u.objective_metrics[name] = v;
+  u.objective_metrics["updates"] = static_cast<double>(losses.size());
+  u.seconds = seconds_since(start);
+  return u;
+}
+
+std::map<std::string, double> RlTrainer::evaluate() {
+  PolicyEvalOptions options;
+  options.problems = config_.rl.eval_prompts;
+  options.rollout.group_size = config_.rl.eval_samples;
+  options.rollout.max_new_tokens = config_.rl.max_new_tokens;
+  options.rollout.sampling.temperature = config_.rl.eval_temperature;
+  options.rollout.seed = config_.run.seed;  // the same draws every time, so evaluations differ by the policy only
+  options.rollout.stop = config_.rl.stop;
+  return evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, options);
+}
+
+std::filesystem::path RlTrainer::save(double elapsed_s) {
+  CheckpointData data;
+  data.step = step_;
+  data.model = module_weights(*policy_);
+  data.optimizer = export_adamw_state(*optimizer_, optimized_);
+  data.state = {{"elapsed_s", elapsed_s},
+                {"optimizer_steps", optimizer_steps_},
+                {"rng", capture_rng_state()},
+                {"optimizer", adamw_hyperparameters(*optimizer_)},
+                {"objective", objective_->name()},
+                {"init_checkpoint", config_.rl.init_checkpoint}};
+  data.config_toml = config_to_toml(config_);
+  data.tokenizer = tokenizer_->to_json();
+  return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
+}
+
+RlResult RlTrainer::run() {
+  const auto& train = config_.train;
+  std::filesystem::create_directories(run_dir_);
+  MetricsLog log(run_dir_ / "metrics.jsonl");
+  ProgressBar progress("rl", train.steps, ProgressBar::Unit::items);
+  const auto start = std::chrono::steady_clock::now();
+  RlResult result;
+  policy_->train();
+
+  auto log_eval = [&](int64_t done) {
+    auto metrics = evaluate();
+    nlohmann::json line = {{"step", done}, {"split", "eval"}, {"elapsed_s", seconds_since(start)}};
+    for (const auto& [name, value] : metrics) line[name] = value;
+    log.append(line);
+    fmt::print("step {} held-out pass@1 {:.4f}\n", done, metrics.at("pass@1"));
+    return metrics;
+  };
+  log_eval(0);
+
+  while (step_ < train.steps) {
+    nlohmann::json line = rollout_step(step_);
+    const int64_t done = ++step_;
+    line["step"] = done;
+    line["split"] = "train";
+    line["elapsed_s"] = seconds_since(start);
+    log.append(line);
+    if (on_step) on_step(done, line);
+    progress.update(done, fmt::format("reward {:.3f}  accuracy {:.3f}", line["reward_mean"].get<double>(),
+                                      line["accuracy"].get<double>()));
+    const bool last = done == train.steps;
+    if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
+      auto metrics = log_eval(done);
+      if (last) result.final_eval = metrics;
+    }
+    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last)
+      result.last_checkpoint = save(seconds_since(start));
+  }
+  progress.finish(step_, fmt::format("step {}/{}", step_, train.steps));
+  result.steps_done = step_;
+  result.skipped_updates = skipped_updates_;
+  return result;
+}
+
+}  // namespace inkstone

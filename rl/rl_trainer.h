@@ -1,0 +1,69 @@
+// The RL post-training loop for objectives that consume rollouts (GFlowRL, GRPO): per step, G rollouts for each
+// of a batch of prompts, rewards, the trainer's own old (and reference) log-probs, then several epochs of
+// mini-batch AdamW updates; metrics of rl.md §6 per step, held-out pass@k every train.eval_interval steps.
+#pragma once
+#include <cstdint>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/config.h"
+#include "core/optimizer.h"
+#include "core/tokenizer.h"
+#include "models/language_model.h"
+#include "objectives/objective.h"
+#include "rl/task.h"
+
+namespace inkstone {
+
+struct RlResult {
+  int64_t steps_done = 0;
+  int64_t skipped_updates = 0;
+  std::map<std::string, double> final_eval;
+  std::filesystem::path last_checkpoint;
+};
+
+// rl.rewards entries "name" or "name=weight" as reward functions of rl.task; InputError for a malformed entry.
+std::vector<WeightedReward> weighted_rewards(const RlConfig& rl);
+
+class RlTrainer {
+ public:
+  // `policy` holds the initial weights (rl.init_checkpoint); with rl.reference = initial a frozen copy of them
+  // is the reference.
+  RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Objective> objective,
+            std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device);
+  RlResult run();
+
+  // Called after every step with its metrics line; tests use it.
+  std::function<void(int64_t, const nlohmann::json&)> on_step;
+
+ private:
+  struct Update;
+  nlohmann::json rollout_step(int64_t step);
+  Update update(const Batch& rollouts);
+  std::map<std::string, double> evaluate();
+  std::filesystem::path save(double elapsed_s);
+
+  Config config_;
+  LanguageModel policy_;
+  LanguageModel reference_{nullptr};  // null when the reference is π_old
+  std::unique_ptr<Objective> objective_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::unique_ptr<PromptSource> train_problems_;
+  std::unique_ptr<PromptSource> eval_problems_;
+  std::vector<WeightedReward> rewards_;
+  std::filesystem::path run_dir_;
+  torch::Device device_;
+  NamedTensors optimized_;
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  int64_t step_ = 0;
+  int64_t optimizer_steps_ = 0;
+  int64_t skipped_updates_ = 0;
+};
+
+}  // namespace inkstone
