@@ -93,6 +93,7 @@ void add_data_command(CLI::App& app, Action& action) {
       ->excludes(input)
       ->excludes(format);
   prepare->callback([&action, args] { action = [args] { return run_prepare(*args); }; });
+  add_data_synth_command(*data, action);
 }
 
 }  // namespace inkstone::cli
