@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/tokenizer.h"
 
 namespace inkstone {
 namespace {
@@ -145,37 +146,8 @@ nlohmann::json bpe_document(const BpeVocabulary& vocabulary, const std::vector<s
   const SpecialTokenNames names;
   std::vector<std::string> specials = {names.bos, names.eos, names.pad, names.mask};
   specials.insert(specials.end(), extra_specials.begin(), extra_specials.end());
-  json added = json::array();
-  for (size_t k = 0; k < specials.size(); ++k) {
-    added.push_back({{"id", vocabulary.tokens.size() + k},
-                     {"content", specials[k]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  const json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", true}, {"use_regex", true}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", byte_level},
-          {"post_processor", nullptr},
-          {"decoder", byte_level},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", nullptr},
-            {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr},
-            {"fuse_unk", false},
-            {"byte_fallback", false},
-            {"ignore_merges", false},
-            {"vocab", vocab},
-            {"merges", merges}}}};
+  return byte_level_bpe_document(std::move(vocab), std::move(merges), specials,
+                                 static_cast<int64_t>(vocabulary.tokens.size()), /*split_regex=*/true);
 }
 
 BpeTrainResult train_bpe(const std::vector<std::filesystem::path>& files, int32_t vocab_size,

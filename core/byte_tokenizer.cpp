@@ -47,37 +47,8 @@ std::string ByteTokenizer::token_bytes(int32_t id) const {
 nlohmann::json ByteTokenizer::to_json() const {
   nlohmann::json vocab = nlohmann::json::object();
   for (int b = 0; b < 256; ++b) vocab[byte_level_char(static_cast<uint8_t>(b))] = b;
-  nlohmann::json added = nlohmann::json::array();
-  for (size_t k = 0; k < special_names_.size(); ++k) {
-    added.push_back({{"id", 256 + static_cast<int>(k)},
-                     {"content", special_names_[k]},
-                     {"single_word", false},
-                     {"lstrip", false},
-                     {"rstrip", false},
-                     {"normalized", false},
-                     {"special", true}});
-  }
-  const nlohmann::json byte_level = {
-      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", false}, {"use_regex", false}};
-  return {{"version", "1.0"},
-          {"truncation", nullptr},
-          {"padding", nullptr},
-          {"added_tokens", added},
-          {"normalizer", nullptr},
-          {"pre_tokenizer", byte_level},
-          {"post_processor", nullptr},
-          {"decoder", byte_level},
-          {"model",
-           {{"type", "BPE"},
-            {"dropout", nullptr},
-            {"unk_token", nullptr},
-            {"continuing_subword_prefix", nullptr},
-            {"end_of_word_suffix", nullptr},
-            {"fuse_unk", false},
-            {"byte_fallback", false},
-            {"ignore_merges", false},
-            {"vocab", vocab},
-            {"merges", nlohmann::json::array()}}}};
+  const std::vector<std::string> specials(special_names_.begin(), special_names_.end());
+  return byte_level_bpe_document(std::move(vocab), nlohmann::json::array(), specials, 256, /*split_regex=*/false);
 }
 
 bool ByteTokenizer::is_byte_tokenizer_document(const nlohmann::json& document) {

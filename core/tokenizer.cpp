@@ -13,6 +13,43 @@
 
 namespace inkstone {
 
+nlohmann::json byte_level_bpe_document(nlohmann::json vocab, nlohmann::json merges,
+                                       const std::vector<std::string>& specials, int64_t first_special_id,
+                                       bool split_regex) {
+  using nlohmann::json;
+  json added = json::array();
+  for (size_t k = 0; k < specials.size(); ++k) {
+    added.push_back({{"id", first_special_id + static_cast<int64_t>(k)},
+                     {"content", specials[k]},
+                     {"single_word", false},
+                     {"lstrip", false},
+                     {"rstrip", false},
+                     {"normalized", false},
+                     {"special", true}});
+  }
+  const json byte_level = {
+      {"type", "ByteLevel"}, {"add_prefix_space", false}, {"trim_offsets", split_regex}, {"use_regex", split_regex}};
+  return {{"version", "1.0"},
+          {"truncation", nullptr},
+          {"padding", nullptr},
+          {"added_tokens", added},
+          {"normalizer", nullptr},
+          {"pre_tokenizer", byte_level},
+          {"post_processor", nullptr},
+          {"decoder", byte_level},
+          {"model",
+           {{"type", "BPE"},
+            {"dropout", nullptr},
+            {"unk_token", nullptr},
+            {"continuing_subword_prefix", nullptr},
+            {"end_of_word_suffix", nullptr},
+            {"fuse_unk", false},
+            {"byte_fallback", false},
+            {"ignore_merges", false},
+            {"vocab", std::move(vocab)},
+            {"merges", std::move(merges)}}}};
+}
+
 std::string Tokenizer::fingerprint() const {
   // nlohmann::json keeps object keys sorted, so dump() is canonical for equal documents.
   const std::string text = to_json().dump();

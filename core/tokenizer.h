@@ -52,6 +52,14 @@ class Tokenizer {
   void save(const std::filesystem::path& file) const;
 };
 
+// A Hugging Face tokenizer.json document of a byte-level BPE model: `vocab` maps byte-level strings to ids,
+// `merges` lists "left right" pairs, `specials` are added tokens from id `first_special_id` on. `split_regex`
+// turns on the GPT-2 pre-tokenizer split (with trimmed offsets); the byte tokenizer, which has no merges, leaves
+// it off.
+nlohmann::json byte_level_bpe_document(nlohmann::json vocab, nlohmann::json merges,
+                                       const std::vector<std::string>& specials, int64_t first_special_id,
+                                       bool split_regex);
+
 // "byte", a tokenizer.json file, or a folder holding tokenizer.json (a run, checkpoint or shard folder).
 // Throws InputError naming the spec when it cannot be loaded.
 std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec);

@@ -65,7 +65,7 @@ int run_prepare(const PrepareArgs& args) {
 }  // namespace
 
 void add_data_command(CLI::App& app, Action& action) {
-  auto* data = app.add_subcommand("data", "Prepare token shards for training");
+  auto* data = app.add_subcommand("data", "Prepare token shards for training; synthesise task data");
   data->require_subcommand(1);
   auto* prepare = data->add_subcommand("prepare", "Tokenize text, JSONL or fortune files into DIR (manifest.json, "
                                                   "tokenizer.json, token shards)");

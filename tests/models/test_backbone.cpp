@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "tests/fixtures.h"
 #include "models/attention.h"
 #include "models/block.h"
 #include "models/language_model.h"
@@ -19,26 +20,7 @@ namespace {
 constexpr double kTheta = 10000.0;
 constexpr double kEps = 1e-6;
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.arch = "qwen3";
-  c.vocab_size = 0;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 0;
-  c.ffn_dim = 0;
-  c.max_seq_len = 64;
-  c.rope_theta = kTheta;
-  c.norm_eps = kEps;
-  c.tie_embeddings = true;
-  c.init = "normal";
-  c.init_std = 0.2;  // larger than 0.02 so that logits differ visibly between tokens
-  c.time_conditioning = false;
-  c.cond_dim = 8;
-  return c;
-}
+ModelConfig tiny_config() { return testing::tiny_model_config(/*init_std=*/0.2); }
 
 double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();

@@ -10,30 +10,15 @@
 #include "core/data_prepare.h"
 #include "core/trainer.h"
 #include "objectives/objective.h"
+#include "tests/fixtures.h"
 #include "tests/test_paths.h"
 
 namespace inkstone {
 namespace {
 
-// A small corpus of varied sentences, one document per file, prepared with the byte tokenizer.
 std::filesystem::path prepare_corpus(const std::string& name) {
   auto dir = testing::temp_dir(name);
-  auto text_dir = dir / "text";
-  std::filesystem::create_directories(text_dir);
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "away", "home"};
-  uint64_t state = 7;
-  for (int doc = 0; doc < 24; ++doc) {
-    std::ofstream out(text_dir / ("doc" + std::to_string(100 + doc) + ".txt"));
-    for (int w = 0; w < 60; ++w) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << words[(state >> 33) % 12] << ((w % 9 == 8) ? ".\n" : " ");
-    }
-  }
-  PrepareOptions options;
-  options.inputs = {text_dir};
-  options.out_dir = dir / "data";
-  options.val_fraction = 0.2;
-  prepare_data(options, ByteTokenizer());
+  testing::prepare_word_corpus(dir);
   return dir;
 }
 

@@ -13,6 +13,7 @@
 #include "objectives/diffusion_time.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"
+#include "tests/fixtures.h"
 #include "tests/test_paths.h"
 
 namespace inkstone {
@@ -401,30 +402,9 @@ TEST(DiffusionObjective, EvaluateIsDeterministic) {
   }
 }
 
-// Byte-tokenised sentences of a small vocabulary of words, prepared as train and val shards.
-std::filesystem::path prepare_word_corpus(const std::filesystem::path& dir) {
-  const auto text_dir = dir / "text";
-  std::filesystem::create_directories(text_dir);
-  const char* words[] = {"the", "cat", "sat", "on", "a", "mat", "while", "dogs", "ran", "far", "away", "home"};
-  uint64_t state = 7;
-  for (int doc = 0; doc < 24; ++doc) {
-    std::ofstream out(text_dir / ("doc" + std::to_string(100 + doc) + ".txt"));
-    for (int w = 0; w < 60; ++w) {
-      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
-      out << words[(state >> 33) % 12] << ((w % 9 == 8) ? ".\n" : " ");
-    }
-  }
-  PrepareOptions options;
-  options.inputs = {text_dir};
-  options.out_dir = dir / "data";
-  options.val_fraction = 0.2;
-  prepare_data(options, ByteTokenizer());
-  return dir / "data";
-}
-
 TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
   const auto dir = testing::temp_dir("diffusion_training");
-  const auto data = prepare_word_corpus(dir);
+  const auto data = testing::prepare_word_corpus(dir);
   auto tokenizer = std::make_shared<ByteTokenizer>();
   for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
     SCOPED_TRACE(name);

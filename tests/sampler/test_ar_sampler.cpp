@@ -4,6 +4,7 @@
 
 #include "core/errors.h"
 #include "models/language_model.h"
+#include "tests/fixtures.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/sampling.h"
 
@@ -12,26 +13,8 @@ namespace {
 
 constexpr int64_t kVocab = 29;
 
-ModelConfig tiny_config() {
-  ModelConfig c;
-  c.arch = "qwen3";
-  c.vocab_size = 0;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 0;
-  c.ffn_dim = 0;
-  c.max_seq_len = 64;
-  c.rope_theta = 10000.0;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = true;
-  c.init = "normal";
-  c.init_std = 0.3;  // peaked next-token distributions: greedy ties are then vanishingly unlikely
-  c.time_conditioning = false;
-  c.cond_dim = 8;
-  return c;
-}
+// init_std 0.3: peaked next-token distributions, so greedy ties are vanishingly unlikely.
+ModelConfig tiny_config() { return testing::tiny_model_config(/*init_std=*/0.3); }
 
 LanguageModel tiny_model() {
   torch::manual_seed(11);

@@ -9,6 +9,7 @@
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_posterior.h"
 #include "sampler/diffusion_sampler.h"
+#include "tests/fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -222,23 +223,7 @@ TEST(DiffusionSampler, GreedyNoiseRemovalTakesTheArgmax) {
 }
 
 TEST(DiffusionSampler, RunsATimeConditionedModel) {
-  ModelConfig c;
-  c.arch = "qwen3";
-  c.vocab_size = 0;
-  c.d_model = 32;
-  c.n_layers = 1;
-  c.n_heads = 2;
-  c.n_kv_heads = 1;
-  c.head_dim = 0;
-  c.ffn_dim = 0;
-  c.max_seq_len = 32;
-  c.rope_theta = 10000.0;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = false;
-  c.init = "normal";
-  c.init_std = 0.02;
-  c.time_conditioning = true;
-  c.cond_dim = 16;
+  const ModelConfig c = testing::tiny_model_config(/*init_std=*/0.02, /*time_conditioning=*/true);
   torch::manual_seed(1);
   auto model = build_language_model(c, 7);
   DiffusionSampleOptions options;
