@@ -36,7 +36,7 @@ struct ModelConfig {
 };
 
 struct ObjectiveConfig {
-  std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo
+  std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo | flowrl
 };
 
 // Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
@@ -101,6 +101,13 @@ struct GrpoConfig {
   double kl_coef;             // k3 KL to the reference; 0: off
 };
 
+// FlowRL (rl.md §3).
+struct FlowrlConfig {
+  double beta;
+  double is_cap;        // w = min(exp(rho), is_cap), one-sided
+  double head_dropout;  // in the log Z head
+};
+
 struct DataConfig {
   std::string path;       // folder made by `inkstone data prepare`
   std::string tokenizer;  // empty: the tokenizer stored with the data
@@ -163,6 +170,7 @@ struct Config {
   RlConfig rl;
   GflowrlConfig gflowrl;
   GrpoConfig grpo;
+  FlowrlConfig flowrl;
 };
 
 // The documented defaults.

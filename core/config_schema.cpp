@@ -70,7 +70,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
 
       INKSTONE_FIELD(objective, name, "ar", "Training objective.")
-          .one_of({"ar", "uniform_diffusion", "masked_diffusion", "gflowrl", "grpo"}),
+          .one_of({"ar", "uniform_diffusion", "masked_diffusion", "gflowrl", "grpo", "flowrl"}),
 
       INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
           .one_of({"log_linear", "cosine", "log_snr"}),
@@ -196,6 +196,11 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(grpo, aggregation, "token_mean", "How per-token losses become the batch loss.")
           .one_of({"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"}),
       INKSTONE_FIELD(grpo, kl_coef, 0.0, "k3 KL penalty to the reference per token; 0: off.").range(0, inf),
+
+      INKSTONE_FIELD(flowrl, beta, 15.0, "Scale of the z-scored reward in the residual (FlowRL's code: 15).")
+          .range(0, 1e6),
+      INKSTONE_FIELD(flowrl, is_cap, 10.0, "IS weight cap: w = min(exp(rho), is_cap).").range(1, inf),
+      INKSTONE_FIELD(flowrl, head_dropout, 0.1, "Dropout in the learned log Z head.").range(0, 1),
   };
   std::vector<FieldSpec> specs;
   for (auto& b : f) specs.push_back(std::move(b.spec));

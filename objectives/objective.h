@@ -49,6 +49,8 @@ class Objective {
   // Statistics of a whole rollout batch that are fixed before any update (e.g. quantiles of quantities computed
   // without gradient); the RL trainer logs them once per batch. Window objectives have none.
   virtual std::map<std::string, double> rollout_metrics(const Batch&) const { return {}; }
+  // Parameters the objective learns itself (FlowRL's log Z head), optimised with the model's; null for most.
+  virtual std::shared_ptr<torch::nn::Module> trainable() { return nullptr; }
 };
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).

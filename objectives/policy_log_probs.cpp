@@ -5,10 +5,11 @@
 namespace inkstone {
 
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
-                                bool with_entropy) {
+                                bool with_entropy, bool with_hidden) {
   using torch::indexing::Slice;
   ForwardArgs args;
   args.mask = MaskMode::causal;
+  args.return_hidden = with_hidden;
   auto out = model.forward(batch.tokens.index({Slice(), Slice(0, -1)}), args);
   auto log_softmax = torch::log_softmax(out.logits / temperature, -1);  // [B, W−1, V]
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
@@ -23,6 +24,7 @@ PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, do
     result.entropy = torch::nn::functional::pad(entropy, torch::nn::functional::PadFuncOptions({1, 0}))
                          .masked_fill(~policy, 0.0);
   }
+  if (with_hidden) result.hidden = out.hidden;
   return result;
 }
 

@@ -11,11 +11,12 @@ namespace inkstone {
 struct PolicyLogProbs {
   torch::Tensor log_probs;  // [B, W]: log softmax(logits / T) at tokens[t] given tokens[<t]; 0 off the policy mask
   torch::Tensor entropy;    // [B, W]: entropy of that distribution on the policy mask, 0 elsewhere; if asked
+  torch::Tensor hidden;     // [B, W−1, d]: the head's input at positions 0..W−2; if asked
 };
 
 // Rows are right-padded, so the causal mask alone keeps padding out of every real position.
 // Sequence log-probs ℓ_i are their sums over the row.
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
-                                bool with_entropy = false);
+                                bool with_entropy = false, bool with_hidden = false);
 
 }  // namespace inkstone

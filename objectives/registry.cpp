@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "objectives/ar.h"
+#include "objectives/flowrl.h"
 #include "objectives/gflowrl.h"
 #include "objectives/grpo.h"
 #include "objectives/masked_diffusion.h"
@@ -22,6 +23,7 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer&
        [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }},
       {"gflowrl", [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }},
       {"grpo", [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }},
+      {"flowrl", [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }},
   };
   auto it = registry.find(config.objective.name);
   if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));

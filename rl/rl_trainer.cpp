@@ -112,6 +112,12 @@ RlTrainer::RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Object
   eval_problems_ = make_prompt_source(task_options(config_.rl, true));
   rewards_ = weighted_rewards(config_.rl);
   auto groups = split_parameter_groups(*policy_, config_.optim.no_decay);
+  if (auto own = objective_->trainable()) {
+    own->to(device_);
+    const auto extra = split_parameter_groups(*own, config_.optim.no_decay);
+    for (const auto& [name, p] : extra.decay) groups.decay.emplace_back("objective." + name, p);
+    for (const auto& [name, p] : extra.no_decay) groups.no_decay.emplace_back("objective." + name, p);
+  }
   optimized_ = groups.decay;
   optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
   optimizer_ = make_adamw(groups, config_.optim);

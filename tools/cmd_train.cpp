@@ -30,6 +30,7 @@ int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx
   TrainedModel init = load_trained_model(config.rl.init_checkpoint, config.run.device);
   set_threads(config.run.threads);
   config.model = init.config.model;  // the policy keeps the checkpoint's architecture
+  ctx.objective = make_objective(config, *init.tokenizer);  // sized for that architecture (FlowRL's log Z head)
   print_run_header(config, init.model, run_dir, init.device);
   std::filesystem::create_directories(run_dir);
   write_file_atomic(run_dir / "config.toml", config_to_toml(config));

@@ -84,6 +84,7 @@ void run_toy(const std::string& objective_name) {
 
 TEST(RlTrainer, GflowrlRunsEndToEnd) { run_toy("gflowrl"); }
 TEST(RlTrainer, GrpoRunsEndToEnd) { run_toy("grpo"); }
+TEST(RlTrainer, FlowrlRunsEndToEnd) { run_toy("flowrl"); }
 
 }  // namespace
 }  // namespace inkstone

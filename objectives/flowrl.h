@@ -1,0 +1,44 @@
+// FlowRL (rl.md §3, Zhu et al. 2025): trajectory balance on length-normalised log-probs toward z-scored rewards,
+// with a learned log Z on the prompt and a one-sided capped IS weight; the baseline GFlowRL improves on.
+#pragma once
+#include <torch/nn/modules/container/sequential.h>
+
+#include "objectives/ar.h"
+#include "objectives/objective.h"
+
+namespace inkstone {
+
+// log Z_φ(x) from the masked mean of the last hidden state over the prompt tokens: 2 × [Linear(h, h), GELU,
+// LayerNorm, Dropout] then Linear(h, 1), as FlowRL's ProjZModule. Gradients flow into the backbone too.
+class LogZHeadImpl : public torch::nn::Module {
+ public:
+  LogZHeadImpl(int64_t width, double dropout);
+  torch::Tensor forward(const torch::Tensor& pooled);  // [B, h] -> [B]
+
+ private:
+  torch::nn::Sequential layers_{nullptr};
+};
+TORCH_MODULE(LogZHead);
+
+class FlowrlObjective : public Objective {
+ public:
+  explicit FlowrlObjective(const Config& config);
+  std::string name() const override { return "flowrl"; }
+  ObjectiveNeeds needs() const override;
+  // Units are rollouts: L = mean_i w_i δ_i².
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
+  // The policy is an AR model: windows are scored by next-token loss.
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  std::shared_ptr<torch::nn::Module> trainable() override { return head_.ptr(); }
+
+  // [B]: log Z_φ of each row's prompt, from the hidden states [B, W−1, d] of policy_log_probs.
+  torch::Tensor log_z(const torch::Tensor& hidden, const Batch& batch);
+
+ private:
+  FlowrlConfig config_;
+  double temperature_;
+  LogZHead head_;
+  AutoregressiveObjective next_token_;
+};
+
+}  // namespace inkstone
