@@ -42,11 +42,13 @@ TEST(RewardSpec, NamesWithOptionalWeights) {
   EXPECT_ANY_THROW(weighted_rewards(rl));
 }
 
-void run_toy(const std::string& objective_name) {
-  Config config = default_config();
-  config.objective.name = objective_name;
+// Shrinks a config to toy scale: the tiny policy, two prompts of four rollouts, two steps.
+Config toy_scale(Config config) {
   config.model = testing::tiny_policy_config();
-  config.rl.task = "arithmetic";
+  config.model.max_seq_len = 160;  // GSM8K prompts are longer than the arithmetic ones
+  config.run.device = "cpu";
+  config.run.precision = "fp32";
+  config.run.threads = 1;
   config.rl.prompts_per_step = 2;
   config.rl.group_size = 4;
   config.rl.epochs = 2;
@@ -58,10 +60,15 @@ void run_toy(const std::string& objective_name) {
   config.train.eval_interval = 0;
   config.train.checkpoint_interval = 0;
   config.schedule.warmup_steps = 0;
+  return config;
+}
+
+void run_toy(const Config& config, const std::string& name) {
   auto tokenizer = std::make_shared<ByteTokenizer>();
-  const auto run_dir = testing::temp_dir("rl_" + objective_name);
-  RlTrainer trainer(config, testing::tiny_policy(tokenizer->vocab_size()), make_objective(config, *tokenizer),
-                    tokenizer, run_dir, torch::kCPU);
+  const auto run_dir = testing::temp_dir("rl_" + name);
+  torch::manual_seed(5);
+  RlTrainer trainer(config, build_language_model(config.model, tokenizer->vocab_size()),
+                    make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
   std::vector<nlohmann::json> lines;
   trainer.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
   const RlResult result = trainer.run();
@@ -82,9 +89,32 @@ void run_toy(const std::string& objective_name) {
   std::filesystem::remove_all(run_dir);
 }
 
-TEST(RlTrainer, GflowrlRunsEndToEnd) { run_toy("gflowrl"); }
-TEST(RlTrainer, GrpoRunsEndToEnd) { run_toy("grpo"); }
-TEST(RlTrainer, FlowrlRunsEndToEnd) { run_toy("flowrl"); }
+void run_arithmetic(const std::string& objective_name) {
+  Config config = toy_scale(default_config());
+  config.objective.name = objective_name;
+  config.rl.task = "arithmetic";
+  run_toy(config, objective_name);
+}
+
+TEST(RlTrainer, GflowrlRunsEndToEnd) { run_arithmetic("gflowrl"); }
+TEST(RlTrainer, GrpoRunsEndToEnd) { run_arithmetic("grpo"); }
+TEST(RlTrainer, FlowrlRunsEndToEnd) { run_arithmetic("flowrl"); }
+
+// configs/gflowrl-gsm8k.toml as shipped, shrunk to toy scale, on three GSM8K-format problems.
+TEST(RlTrainer, Gsm8kConfigRunsAtToyScale) {
+  const auto dir = testing::temp_dir("rl_gsm8k_problems");
+  const auto problems = dir / "problems.jsonl";
+  std::ofstream(problems)
+      << R"({"question": "Tom has 3 apples and buys 4 more. How many now?", "answer": "3 + 4 = 7\n#### 7"})"
+      << "\n"
+      << R"({"question": "A box holds 12 pens. How many pens in 2 boxes?", "answer": "#### 24"})" << "\n"
+      << R"({"question": "Sam had 1,000 dollars and spent 250. How much is left?", "answer": "#### 750"})" << "\n";
+  Config config = toy_scale(load_config((testing::source_dir() / "configs" / "gflowrl-gsm8k.toml").string()));
+  config.rl.task_path = problems.string();
+  config.rl.eval_path = problems.string();
+  run_toy(config, "gsm8k");
+  std::filesystem::remove_all(dir);
+}
 
 }  // namespace
 }  // namespace inkstone
