@@ -232,12 +232,14 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts) {
       const double units = acc.count.item<double>();
       const double loss = acc.loss_sum.item<double>() / std::max(units, 1.0);
       if (!std::isfinite(loss) || !std::isfinite(norm)) {
-        if (++skipped_updates_ >= config_.train.max_bad_steps)
-          throw std::runtime_error(fmt::format("{} updates had a non-finite loss or gradient; stopping. Lower "
-                                               "optim.learning_rate or gflowrl.beta",
-                                               skipped_updates_));
+        ++skipped_updates_;
+        if (++bad_in_a_row_ >= config_.train.max_bad_steps)
+          throw std::runtime_error(fmt::format("{} consecutive updates had a non-finite loss or gradient; "
+                                               "stopping. Lower optim.learning_rate or gflowrl.beta",
+                                               bad_in_a_row_));
         continue;
       }
+      bad_in_a_row_ = 0;
       // A mini-batch of degenerate groups only (GFlowRL's filter) has no units and no signal: no step, so
       // weight decay and stale moments do not move the policy.
       if (units == 0) continue;

@@ -64,6 +64,7 @@ class RlTrainer {
   int64_t step_ = 0;
   int64_t optimizer_steps_ = 0;
   int64_t skipped_updates_ = 0;
+  int64_t bad_in_a_row_ = 0;
 };
 
 }  // namespace inkstone
