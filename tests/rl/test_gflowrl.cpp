@@ -180,5 +180,30 @@ TEST(Gflowrl, DegenerateGroupsAddNoLossAndLeaveTheDenominator) {
   EXPECT_GT(everything.loss_sum.item<double>(), with_degenerate.loss_sum.item<double>() + 1e-3);
 }
 
+// §2.12 fixed point: on an enumerable space (vocabulary 3, completions of length 2, all nine forming the group)
+// choose π_ref so that π_θ = π_ref·e^{βr}/Z exactly; then every residual vanishes with `none`, not with `paper`.
+TEST(Gflowrl, TargetDistributionIsAFixedPointOnlyWithoutMixedNormalisation) {
+  auto model = tiny_policy(3);
+  std::vector<testing::RolloutRow> rows;
+  for (int64_t a = 0; a < 3; ++a)
+    for (int64_t b = 0; b < 3; ++b) rows.push_back({{0}, {a, b}, a == b ? 1.0 : 0.25 * static_cast<double>(a), 0});
+  Batch batch = rollout_batch(*model, rows);
+  Config c = gflowrl_config("none");
+  const double beta = c.gflowrl.beta;
+  // π_ref(y) ∝ π_θ(y)·e^{−βr(y)}, normalised over the nine sequences (π_θ sums to 1 over them).
+  const auto theta = batch.rollout.old_log_probs.sum(1);
+  const auto unnormalised = theta - beta * batch.rollout.rewards;
+  const auto ref_seq = unnormalised - torch::logsumexp(unnormalised, 0);
+  EXPECT_NEAR(torch::logsumexp(theta, 0).item<double>(), 0.0, 1e-5);
+  // Per-token values only matter through their sum: put the sequence's whole difference on its last token.
+  batch.rollout.ref_log_probs = batch.rollout.old_log_probs.clone();
+  batch.rollout.ref_log_probs.select(1, 2) += ref_seq - theta;
+
+  GflowrlObjective at_fixed_point(c);
+  EXPECT_NEAR(at_fixed_point.loss(*model, batch).loss_sum.item<double>(), 0.0, 1e-8);
+  GflowrlObjective paper(gflowrl_config("paper"));
+  EXPECT_GT(paper.loss(*model, batch).loss_sum.item<double>(), 1e-3);
+}
+
 }  // namespace
 }  // namespace inkstone
