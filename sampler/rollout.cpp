@@ -24,8 +24,7 @@ std::function<bool(const std::vector<int32_t>&)> stop_string_check(const Tokeniz
 }  // namespace
 
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
-  const auto& specials = tokenizer.specials();
-  std::vector<int32_t> ids = {specials.bos >= 0 ? specials.bos : specials.eos};
+  std::vector<int32_t> ids = {tokenizer.specials().eos};
   const auto body = tokenizer.encode(text);
   ids.insert(ids.end(), body.begin(), body.end());
   return ids;

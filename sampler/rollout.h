@@ -32,8 +32,8 @@ struct Rollouts {
   double tokens_per_s = 0;
 };
 
-// A prompt's token ids: bos (else eos) and the text. Pretraining windows run across documents that each end in
-// eos, so a document's text follows that token.
+// A prompt's token ids: eos, then the text. Packed pretraining windows run across documents that each end in
+// eos and never hold bos, so eos is the context a document starts from (for GPT-2-style tokenizers bos = eos).
 std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text);
 
 // Prompts are token ids (non-empty). Group ids are first_group + prompt index, so batches drawn at different

@@ -11,6 +11,7 @@
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_sampler.h"
+#include "sampler/rollout.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -79,12 +80,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
 
   const std::vector<std::string> prompts = read_prompts(o, defaults);
   std::vector<std::vector<int32_t>> prompt_ids;
-  for (const auto& text : prompts) {
-    std::vector<int32_t> ids = {tokenizer.specials().bos};  // documents start after bos/eos in training data
-    auto encoded = tokenizer.encode(text);
-    ids.insert(ids.end(), encoded.begin(), encoded.end());
-    prompt_ids.push_back(std::move(ids));
-  }
+  for (const auto& text : prompts) prompt_ids.push_back(encode_prompt(tokenizer, text));
 
   ArSampleResult result = sample_autoregressive(trained.model, prompt_ids, options);
   for (size_t i = 0; i < result.samples.size(); ++i) {
