@@ -285,6 +285,12 @@ std::string config_to_toml(const Config& config, bool with_docs) {
             toml::array items;
             for (const auto& s : *slot) items.push_back(s);
             value << items;
+          } else if constexpr (std::is_same_v<T, double>) {
+            // The shortest text that reads back as the same double (0.28, not 0.28000000000000003), kept a TOML
+            // float by a ".0" where it would otherwise read as an integer.
+            std::string text = fmt::format("{}", *slot);
+            if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+            value << text;
           } else {
             value << toml::value<T>(*slot);
           }
