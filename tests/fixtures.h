@@ -1,13 +1,15 @@
-// Small fixtures several suites share: a tiny backbone config and a tiny prepared corpus.
+// Small fixtures several suites share: a tiny backbone config, a tiny prepared corpus, InputError messages.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 
 #include "core/byte_tokenizer.h"
 #include "core/config.h"
 #include "core/data_prepare.h"
+#include "core/errors.h"
 
 namespace inkstone::testing {
 
@@ -52,6 +54,16 @@ inline std::filesystem::path prepare_word_corpus(const std::filesystem::path& di
   options.val_fraction = 0.2;
   prepare_data(options, ByteTokenizer());
   return dir / "data";
+}
+
+// The message of the InputError that `f` throws; empty when it throws none.
+inline std::string input_error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
 }
 
 }  // namespace inkstone::testing

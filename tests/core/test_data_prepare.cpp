@@ -10,6 +10,7 @@
 #include "core/progress.h"
 #include "core/window_loader.h"
 #include "tests/test_paths.h"
+#include "tests/fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -84,14 +85,7 @@ PrepareOptions options_for(std::vector<fs::path> inputs, const fs::path& out, In
   return options;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::input_error_of;
 
 TEST(PrepareText, AFolderGivesOneDocumentPerFileInSortedOrder) {
   const auto dir = testing::temp_dir("prepare_folder");
@@ -206,7 +200,7 @@ TEST(PrepareSplits, TailSplitCutsEachFileAtALineStart) {
   PrepareOptions jsonl = options_for({dir / "one.txt"}, dir / "bad", InputFormat::jsonl, 0.1);
   jsonl.val_split = ValSplit::tail;
   FakeTokenizer tokenizer;
-  EXPECT_NE(error_of([&] { prepare_data(jsonl, tokenizer); }).find("--val-split tail"), std::string::npos);
+  EXPECT_NE(input_error_of([&] { prepare_data(jsonl, tokenizer); }).find("--val-split tail"), std::string::npos);
 }
 
 TEST(PrepareJsonl, ReadsTheNamedFieldAndNamesTheBadLine) {
@@ -220,27 +214,27 @@ TEST(PrepareJsonl, ReadsTheNamedFieldAndNamesTheBadLine) {
 
   write_text(dir / "bad.jsonl", "{\"body\": \"one\"}\n{\"text\": \"two\"}\n");
   options.inputs = {dir / "bad.jsonl"};
-  EXPECT_EQ(error_of([&] { prepare_data(options, tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options, tokenizer); }),
             (dir / "bad.jsonl").string() + ":2: no string field 'body'");
   write_text(dir / "bad.jsonl", "{\"body\": \n");
-  EXPECT_EQ(error_of([&] { prepare_data(options, tokenizer); }), (dir / "bad.jsonl").string() + ":1: not valid JSON");
+  EXPECT_EQ(input_error_of([&] { prepare_data(options, tokenizer); }), (dir / "bad.jsonl").string() + ":1: not valid JSON");
 }
 
 TEST(PrepareInputs, MissingEmptyOrDocumentlessInputsAreInputErrors) {
   const auto dir = testing::temp_dir("prepare_inputs");
   FakeTokenizer tokenizer;
-  EXPECT_EQ(error_of([&] { prepare_data(options_for({}, dir / "out"), tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options_for({}, dir / "out"), tokenizer); }),
             "no inputs given (--input PATH...)");
-  EXPECT_EQ(error_of([&] { prepare_data(options_for({dir / "nope.txt"}, dir / "out"), tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options_for({dir / "nope.txt"}, dir / "out"), tokenizer); }),
             "input " + (dir / "nope.txt").string() + " not found");
   write_text(dir / "empty.txt", "");
-  EXPECT_EQ(error_of([&] { prepare_data(options_for({dir / "empty.txt"}, dir / "out"), tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options_for({dir / "empty.txt"}, dir / "out"), tokenizer); }),
             "input file " + (dir / "empty.txt").string() + " is empty");
   fs::create_directories(dir / "hollow");
-  EXPECT_EQ(error_of([&] { prepare_data(options_for({dir / "hollow"}, dir / "out"), tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options_for({dir / "hollow"}, dir / "out"), tokenizer); }),
             "input folder " + (dir / "hollow").string() + " holds no files");
   write_text(dir / "blank.jsonl", "{\"text\": \"\"}\n");
-  EXPECT_EQ(error_of([&] {
+  EXPECT_EQ(input_error_of([&] {
               prepare_data(options_for({dir / "blank.jsonl"}, dir / "out", InputFormat::jsonl), tokenizer);
             }),
             "no documents in the 1 input file(s)");
@@ -251,7 +245,7 @@ TEST(PrepareIds, AnIdOutsideTheVocabularyNamesTheInputFile) {
   const auto dir = testing::temp_dir("prepare_ids");
   write_text(dir / "a.txt", "abcXdef");
   FakeTokenizer tokenizer(260, /*x_out_of_range=*/true);
-  EXPECT_EQ(error_of([&] { prepare_data(options_for({dir / "a.txt"}, dir / "out"), tokenizer); }),
+  EXPECT_EQ(input_error_of([&] { prepare_data(options_for({dir / "a.txt"}, dir / "out"), tokenizer); }),
             (dir / "a.txt").string() + ": token id 260 is outside the vocabulary of 260 ids");
   EXPECT_FALSE(fs::exists(dir / "out" / "manifest.json"));
 }
@@ -294,7 +288,7 @@ TEST(PrepareFortunes, TheEnglishFilesAreThoseWithADatSibling) {
     write_text(dir / name, "x\n");
   }
   EXPECT_EQ(fortune_files(dir), (std::vector<fs::path>{dir / "art", dir / "zen"}));
-  EXPECT_EQ(error_of([&] { fortune_files(dir / "missing"); }),
+  EXPECT_EQ(input_error_of([&] { fortune_files(dir / "missing"); }),
             "fortunes folder " + (dir / "missing").string() + " not found; install the corpus with: apt-get install "
                                                               "fortunes");
 }

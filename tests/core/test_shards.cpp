@@ -8,6 +8,7 @@
 #include "core/errors.h"
 #include "core/shards.h"
 #include "tests/test_paths.h"
+#include "tests/fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -40,14 +41,7 @@ std::vector<int32_t> read_all(const SplitTokens& tokens) {
   return ids;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::input_error_of;
 
 void round_trip(int64_t vocab_size, TokenDtype expected_dtype, int32_t largest_id) {
   const auto dir = testing::temp_dir("shards_round_trip_" + dtype_name(expected_dtype));
@@ -133,14 +127,14 @@ TEST(ShardManifest, RecordsEverythingAndRoundTrips) {
 TEST(ShardManifest, MissingEmptyOrBrokenIsAnInputErrorNamingTheFile) {
   const auto dir = testing::temp_dir("shards_manifest_errors");
   const std::string path = manifest_path(dir).string();
-  EXPECT_EQ(error_of([&] { read_manifest(dir); }),
+  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }),
             path + ": missing; make the data folder with `inkstone data prepare`");
   std::ofstream(manifest_path(dir)).close();
-  EXPECT_EQ(error_of([&] { read_manifest(dir); }), path + ": empty file");
+  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }), path + ": empty file");
   std::ofstream(manifest_path(dir)) << "{\"format\": ";
-  EXPECT_EQ(error_of([&] { read_manifest(dir); }), path + ": not valid JSON");
+  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }), path + ": not valid JSON");
   std::ofstream(manifest_path(dir)) << "{\"format\": \"inkstone-token-shards\", \"format_version\": 1}";
-  EXPECT_EQ(error_of([&] { read_manifest(dir); }).rfind(path + ": incomplete manifest", 0), 0u);
+  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }).rfind(path + ": incomplete manifest", 0), 0u);
 }
 
 TEST(ShardChecks, FlippedByteFailsTheChecksumNamingTheFile) {
@@ -151,7 +145,7 @@ TEST(ShardChecks, FlippedByteFailsTheChecksumNamingTheFile) {
     file.seekp(2);
     file.put('\x05');
   }
-  const std::string error = error_of([&] { SplitTokens(dir, manifest, "train", /*verify=*/true); });
+  const std::string error = input_error_of([&] { SplitTokens(dir, manifest, "train", /*verify=*/true); });
   EXPECT_EQ(error.rfind((dir / "train_00000.bin").string() + ": checksum mismatch", 0), 0u) << error;
   // Skipping verification opens it and reads the changed id.
   SplitTokens unverified(dir, manifest, "train", /*verify=*/false);
@@ -162,14 +156,14 @@ TEST(ShardChecks, IdOutsideTheVocabularyIsRefusedWhenWritingAndOpening) {
   const auto dir = testing::temp_dir("shards_range");
   {
     ShardWriter writer(dir, "train", TokenDtype::uint16, 300, 100);
-    EXPECT_EQ(error_of([&] { writer.append({5, 300}, 2); }), "token id 300 is outside the vocabulary of 300 ids");
-    EXPECT_EQ(error_of([&] { writer.append({-1}, 1); }), "token id -1 is outside the vocabulary of 300 ids");
+    EXPECT_EQ(input_error_of([&] { writer.append({5, 300}, 2); }), "token id 300 is outside the vocabulary of 300 ids");
+    EXPECT_EQ(input_error_of([&] { writer.append({-1}, 1); }), "token id -1 is outside the vocabulary of 300 ids");
   }
 
   // A folder whose manifest claims a smaller vocabulary than its shards use.
   Manifest manifest = write_train(dir, {{7, 250, 1}}, 300, 100);
   manifest.vocab_size = 200;
-  EXPECT_EQ(error_of([&] { SplitTokens(dir, manifest, "train", /*verify=*/true); }),
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir, manifest, "train", /*verify=*/true); }),
             (dir / "train_00000.bin").string() + ": token id 250 at position 1 is outside the vocabulary of 200 ids");
 }
 
@@ -179,14 +173,14 @@ TEST(ShardChecks, MissingEmptyOrTruncatedShardNamesTheFile) {
   const auto shard = dir / "train_00000.bin";
 
   fs::resize_file(shard, 6);
-  EXPECT_EQ(error_of([&] { SplitTokens(dir, manifest, "train", false); }),
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir, manifest, "train", false); }),
             shard.string() + ": 6 bytes but the manifest says 4 tokens of uint16");
   fs::resize_file(shard, 0);
-  EXPECT_EQ(error_of([&] { SplitTokens(dir, manifest, "train", false); }), shard.string() + ": empty file");
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir, manifest, "train", false); }), shard.string() + ": empty file");
   fs::remove(shard);
-  EXPECT_EQ(error_of([&] { SplitTokens(dir, manifest, "train", false); }).rfind(shard.string() + ": cannot open", 0),
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir, manifest, "train", false); }).rfind(shard.string() + ": cannot open", 0),
             0u);
-  EXPECT_EQ(error_of([&] { SplitTokens(dir, manifest, "val", false); }),
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir, manifest, "val", false); }),
             manifest_path(dir).string() + ": no split 'val'");
 }
 

@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/window_loader.h"
 #include "tests/test_paths.h"
+#include "tests/fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -69,14 +70,7 @@ WindowLoaderOptions options(WindowMode mode, int64_t window_len, uint64_t seed =
   return o;
 }
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const InputError& e) {
-    return e.what();
-  }
-  return "";
-}
+using testing::input_error_of;
 
 class WindowLoaderTest : public ::testing::Test {
  protected:
@@ -211,7 +205,7 @@ TEST_F(WindowLoaderTest, TokenizerFingerprintMustMatchWhenGiven) {
   o.expected_tokenizer_fingerprint = kFingerprint;
   EXPECT_NO_THROW(WindowLoader(dir_, o));
   o.expected_tokenizer_fingerprint = "0000000000000000";
-  EXPECT_EQ(error_of([&] { WindowLoader(dir_, o); }),
+  EXPECT_EQ(input_error_of([&] { WindowLoader(dir_, o); }),
             (dir_ / "manifest.json").string() + ": made with tokenizer feedfacefeedface but this run uses tokenizer "
                                                 "0000000000000000; prepare the data again with this tokenizer or use "
                                                 "the folder's tokenizer.json");
@@ -220,12 +214,12 @@ TEST_F(WindowLoaderTest, TokenizerFingerprintMustMatchWhenGiven) {
 TEST_F(WindowLoaderTest, SplitTooSmallForOneWindowIsAnInputError) {
   const auto tokens = static_cast<int64_t>(stream_.size());
   EXPECT_NO_THROW(WindowLoader(dir_, options(WindowMode::pack, tokens)));
-  EXPECT_EQ(error_of([&] { WindowLoader(dir_, options(WindowMode::pack, tokens + 1)); }),
+  EXPECT_EQ(input_error_of([&] { WindowLoader(dir_, options(WindowMode::pack, tokens + 1)); }),
             fmt::format("{} split 'train' has {} tokens, fewer than one window of {}", dir_.string(), tokens,
                         tokens + 1));
   WindowLoaderOptions val = options(WindowMode::pad, 16);
   val.split = "val";
-  EXPECT_EQ(error_of([&] { WindowLoader(dir_, val); }), dir_.string() + " split 'val' has no documents");
+  EXPECT_EQ(input_error_of([&] { WindowLoader(dir_, val); }), dir_.string() + " split 'val' has no documents");
 }
 
 TEST(WindowMode, ParsesNames) {

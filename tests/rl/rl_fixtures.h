@@ -8,29 +8,11 @@
 #include "core/config.h"
 #include "models/language_model.h"
 #include "objectives/policy_log_probs.h"
+#include "tests/fixtures.h"
 
 namespace inkstone::testing {
 
-inline ModelConfig tiny_policy_config() {
-  ModelConfig c;
-  c.arch = "qwen3";
-  c.vocab_size = 0;
-  c.d_model = 32;
-  c.n_layers = 2;
-  c.n_heads = 4;
-  c.n_kv_heads = 2;
-  c.head_dim = 0;
-  c.ffn_dim = 0;
-  c.max_seq_len = 64;
-  c.rope_theta = 10000.0;
-  c.norm_eps = 1e-6;
-  c.tie_embeddings = true;
-  c.init = "normal";
-  c.init_std = 0.3;
-  c.time_conditioning = false;
-  c.cond_dim = 8;
-  return c;
-}
+inline ModelConfig tiny_policy_config() { return tiny_model_config(/*init_std=*/0.3); }
 
 inline LanguageModel tiny_policy(int64_t vocab, uint64_t seed = 5) {
   torch::manual_seed(seed);
