@@ -35,10 +35,7 @@ FlowrlObjective::FlowrlObjective(const Config& config)
       next_token_(config) {}
 
 ObjectiveNeeds FlowrlObjective::needs() const {
-  ObjectiveNeeds needs;
-  needs.consumes = BatchKind::rollouts;
-  needs.mask = MaskMode::causal;
-  return needs;
+  return policy_rollout_needs();
 }
 
 torch::Tensor FlowrlObjective::log_z(const torch::Tensor& hidden, const Batch& batch) {

@@ -32,10 +32,7 @@ GflowrlObjective::GflowrlObjective(const Config& config)
     : config_(config.gflowrl), temperature_(config.rl.temperature), next_token_(config) {}
 
 ObjectiveNeeds GflowrlObjective::needs() const {
-  ObjectiveNeeds needs;
-  needs.consumes = BatchKind::rollouts;
-  needs.mask = MaskMode::causal;
-  return needs;
+  return policy_rollout_needs();
 }
 
 // rl.md §2.10, second block: L = Σ_kept w_i (g̃_i + n_ρ(ρ_i))² / G_kept.

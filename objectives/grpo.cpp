@@ -12,10 +12,7 @@ GrpoObjective::GrpoObjective(const Config& config)
       next_token_(config) {}
 
 ObjectiveNeeds GrpoObjective::needs() const {
-  ObjectiveNeeds needs;
-  needs.consumes = BatchKind::rollouts;
-  needs.mask = MaskMode::causal;
-  return needs;
+  return policy_rollout_needs();
 }
 
 LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {

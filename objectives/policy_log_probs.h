@@ -5,6 +5,7 @@
 
 #include "core/batch.h"
 #include "models/language_model.h"
+#include "objectives/objective.h"
 
 namespace inkstone {
 
@@ -18,5 +19,13 @@ struct PolicyLogProbs {
 // Sequence log-probs ℓ_i are their sums over the row.
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
                                 bool with_entropy = false, bool with_hidden = false);
+
+// What every RL objective asks for: rollouts of the policy, scored under the causal mask.
+inline ObjectiveNeeds policy_rollout_needs() {
+  ObjectiveNeeds needs;
+  needs.consumes = BatchKind::rollouts;
+  needs.mask = MaskMode::causal;
+  return needs;
+}
 
 }  // namespace inkstone
