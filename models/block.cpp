@@ -16,15 +16,25 @@ BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer_index) {
   }
 }
 
+std::vector<Modulation> BlockImpl::modulations(const torch::Tensor& cond) {
+  if (!cond.defined()) return std::vector<Modulation>(2);
+  TORCH_CHECK(!adaln.is_empty(), "a conditioning vector needs model.time_conditioning = true");
+  return adaln(cond);
+}
+
+torch::Tensor BlockImpl::mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m) {
+  return gate(attn(modulate(attn_norm(x), m), context), m);
+}
+
+torch::Tensor BlockImpl::ffn_branch(const torch::Tensor& h, const Modulation& m) {
+  return gate(mlp(modulate(mlp_norm(h), m)), m);
+}
+
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const AttentionContext& context,
                                  const torch::Tensor& cond) {
-  std::vector<Modulation> m(2);
-  if (cond.defined()) {
-    TORCH_CHECK(!adaln.is_empty(), "a conditioning vector needs model.time_conditioning = true");
-    m = adaln(cond);
-  }
-  auto h = x + gate(attn(modulate(attn_norm(x), m[0]), context), m[0]);
-  return h + gate(mlp(modulate(mlp_norm(h), m[1])), m[1]);
+  const auto m = modulations(cond);
+  auto h = x + mixer_branch(x, context, m[0]);
+  return h + ffn_branch(h, m[1]);
 }
 
 }  // namespace inkstone

@@ -19,6 +19,13 @@ class BlockImpl : public torch::nn::Module {
   // x: [B, T, d]; cond: [B, cond_dim] or undefined (the plain residual).
   torch::Tensor forward(const torch::Tensor& x, const AttentionContext& context, const torch::Tensor& cond);
 
+  // The two residual branches on their own, for an assembler that routes the residual stream itself
+  // (models/residual_routing.h): forward is h + ffn_branch(h, m[1]) with h = x + mixer_branch(x, context, m[0]).
+  // m = modulations(cond): one per branch, empty members without conditioning.
+  std::vector<Modulation> modulations(const torch::Tensor& cond);
+  torch::Tensor mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m);
+  torch::Tensor ffn_branch(const torch::Tensor& h, const Modulation& m);
+
   RMSNorm attn_norm{nullptr};
   Attention attn{nullptr};
   RMSNorm mlp_norm{nullptr};
