@@ -1,0 +1,322 @@
+// The inkstone side of bench/run: one measurement per process (so peak RSS is the measurement's own), printed
+// as one JSON line. Each mode drives the library the way `inkstone train` and `inkstone sample` do (run setup,
+// Trainer, samplers, rollout engine) and writes the weights and inputs it used to share.safetensors in the work
+// folder, so the Python peer (bench/peers/) starts from the same weights and data and can check its loss.
+#include <sys/resource.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "core/byte_tokenizer.h"
+#include "core/data_prepare.h"
+#include "core/errors.h"
+#include "core/module_weights.h"
+#include "core/safetensors.h"
+#include "core/trainer.h"
+#include "models/model_dims.h"
+#include "objectives/diffusion_objective.h"
+#include "sampler/ar_sampler.h"
+#include "sampler/diffusion_sampler.h"
+#include "sampler/rollout.h"
+#include "tools/run_setup.h"
+
+namespace fs = std::filesystem;
+using namespace inkstone;
+
+namespace {
+
+struct BenchArgs {
+  std::string mode;
+  fs::path work = "bench-work";
+  std::string device = "cpu";
+  std::string precision = "fp32";
+  int64_t threads = 1;
+  int64_t seed = 1234;
+  int64_t d_model = 64, layers = 2, heads = 4, kv_heads = 4, seq_len = 64, batch = 8;
+  std::string objective = "ar";
+  int64_t steps = 10, warmup = 3;        // train: timed optimizer steps after warmup ones
+  int64_t denoise_steps = 64;            // diffusion-sample
+  int64_t new_tokens = 512;              // decode, rollout
+  bool kv_cache = true;                  // decode
+  int64_t group = 8, prompts = 4;        // rollout
+};
+
+double seconds_since(std::chrono::steady_clock::time_point start) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+}
+
+double peak_rss_mb() {
+  rusage usage{};
+  getrusage(RUSAGE_SELF, &usage);
+  return static_cast<double>(usage.ru_maxrss) / 1024.0;  // ru_maxrss is in KiB on Linux
+}
+
+// Pseudo-random words, one document per file: the token values do not change the cost of a step, only its
+// shape does; a fixed generator keeps the corpus (and so every batch) the same across runs.
+fs::path prepare_synthetic_corpus(const fs::path& work) {
+  const fs::path data = work / "data";
+  if (fs::exists(data / "manifest.json")) return data;
+  const fs::path text = work / "text";
+  fs::create_directories(text);
+  const char* words[] = {"the", "river", "stone", "ink", "brush", "falls", "quiet", "under", "moon", "and",
+                         "paper", "wind", "carries", "a", "long", "line", "of", "black", "water", "slowly"};
+  uint64_t state = 42;
+  for (int doc = 0; doc < 64; ++doc) {
+    std::ofstream out(text / fmt::format("doc{:03}.txt", doc));
+    for (int w = 0; w < 1500; ++w) {
+      state = state * 6364136223846793005ULL + 1442695040888963407ULL;
+      out << words[(state >> 33) % 20] << ((w % 11 == 10) ? ".\n" : " ");
+    }
+  }
+  PrepareOptions options;
+  options.inputs = {text};
+  options.out_dir = data;
+  prepare_data(options, ByteTokenizer());
+  return data;
+}
+
+Config bench_config(const BenchArgs& a, const std::string& objective, int64_t max_seq_len) {
+  const std::vector<std::string> overrides = {
+      fmt::format("run.seed={}", a.seed),
+      fmt::format("run.threads={}", a.threads),
+      fmt::format("run.device=\"{}\"", a.device),
+      fmt::format("run.precision=\"{}\"", a.precision),
+      fmt::format("model.d_model={}", a.d_model),
+      fmt::format("model.n_layers={}", a.layers),
+      fmt::format("model.n_heads={}", a.heads),
+      fmt::format("model.n_kv_heads={}", a.kv_heads),
+      fmt::format("model.max_seq_len={}", std::max(max_seq_len, a.seq_len)),
+      fmt::format("objective.name=\"{}\"", objective),
+      fmt::format("data.path=\"{}\"", prepare_synthetic_corpus(a.work).string()),
+      fmt::format("data.seq_len={}", a.seq_len),
+      "schedule.kind=\"constant\"",
+      "schedule.warmup_steps=0",
+      fmt::format("train.steps={}", a.warmup + a.steps),
+      fmt::format("train.batch_size={}", a.batch),
+      fmt::format("train.log_interval={}", a.warmup + a.steps),
+      "train.eval_interval=0",
+      "train.eval_batches=1",
+      "train.checkpoint_interval=0",
+  };
+  return config_from_string("", "inkstone_bench", overrides);
+}
+
+void add_weights(NamedTensors& share, const LanguageModelImpl& model) {
+  for (auto& [name, tensor] : module_weights(model)) share.emplace_back("model." + name, tensor);
+}
+
+std::map<std::string, std::string> shape_metadata(const BenchArgs& a, const LanguageModelImpl& model) {
+  return {{"vocab_size", std::to_string(model.vocab_size())}, {"d_model", std::to_string(a.d_model)},
+          {"n_layers", std::to_string(a.layers)}, {"n_heads", std::to_string(a.heads)},
+          {"n_kv_heads", std::to_string(a.kv_heads)},
+          {"head_dim", std::to_string(resolved_head_dim(model.config()))},
+          {"ffn_dim", std::to_string(resolved_ffn_dim(model.config()))},
+          {"norm_eps", fmt::format("{}", model.config().norm_eps)},
+          {"rope_theta", fmt::format("{}", model.config().rope_theta)}};
+}
+
+// The loss both sides must agree on before anything is timed: the objective on the first training batch. For
+// diffusion the noise (t, z_t) is drawn here and shared, so the peer scores exactly the same corruption.
+double reference_loss(Objective& objective, LanguageModelImpl& model, const Batch& batch, NamedTensors& share) {
+  torch::NoGradGuard no_grad;
+  if (auto* diffusion = dynamic_cast<DiffusionObjective*>(&objective)) {
+    const auto& x = batch.tokens;
+    const auto t = 0.05 + 0.9 * torch::rand({x.size(0), 1}, x.options().dtype(torch::kFloat));
+    const auto z = torch::where(batch.real, diffusion->corrupt(x, diffusion->schedule().alpha(t), nullptr), x);
+    const auto scores = diffusion->score(model, batch, t, z);
+    share.emplace_back("support", diffusion->support().member_mask(torch::kCPU));
+    share.emplace_back("check.t", t);
+    share.emplace_back("check.z", z);
+    return (scores.weighted.sum() / scores.real.sum()).item<double>();
+  }
+  const LossOutput out = objective.loss(model, batch);
+  return (out.loss_sum / out.count).item<double>();
+}
+
+nlohmann::json run_train(const BenchArgs& a) {
+  const Config config = bench_config(a, a.objective, a.seq_len);
+  auto ctx = cli::prepare_run(config);
+  const auto data = cli::open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
+  auto model = cli::build_model_for(config, *ctx.tokenizer);
+  model->to(ctx.device);
+
+  // Every batch the trainer will draw (a pure function of seed and step), for the peer to train on.
+  const int64_t total_steps = a.warmup + a.steps;
+  std::vector<torch::Tensor> batches;
+  for (int64_t step = 0; step < total_steps; ++step) {
+    const TokenBatch b = data.train->train_batch(step, a.batch);
+    if (b.real_tokens() != b.rows * b.cols) throw std::runtime_error("bench batches must be fully packed");
+    batches.push_back(token_batch_to_device(b, 0, b.rows, torch::kCPU).tokens);
+  }
+  NamedTensors share;
+  add_weights(share, *model);
+  share.emplace_back("batches", torch::stack(batches));
+  const Batch first = token_batch_to_device(data.train->train_batch(0, a.batch), 0, a.batch, ctx.device);
+  const double check_loss = reference_loss(*ctx.objective, *model, first, share);
+  auto metadata = shape_metadata(a, *model);
+  metadata["check_loss"] = fmt::format("{:.17g}", check_loss);
+  write_safetensors(a.work / "share.safetensors", share, metadata);
+
+  const fs::path run_dir = a.work / "run";
+  fs::remove_all(run_dir);
+  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir,
+                  ctx.device);
+  std::vector<std::chrono::steady_clock::time_point> done_at;
+  std::vector<double> losses;
+  trainer.on_step = [&](int64_t, double loss) {
+    done_at.push_back(std::chrono::steady_clock::now());
+    losses.push_back(loss);
+  };
+  trainer.run();
+  if (static_cast<int64_t>(done_at.size()) != total_steps) throw std::runtime_error("a training step was skipped");
+  // From the end of the last warmup step (or the start, without warmup) to the end of the last step.
+  const double seconds = std::chrono::duration<double>(done_at.back() - done_at[a.warmup - 1]).count();
+  return {{"tokens_per_s", static_cast<double>(a.steps * a.batch * a.seq_len) / seconds},
+          {"seconds", seconds},
+          {"check_loss", check_loss},
+          {"losses", losses},
+          {"params", model->param_counts().total}};
+}
+
+struct SamplingSetup {
+  Config config;
+  cli::RunContext ctx;
+  LanguageModel model{nullptr};
+};
+
+SamplingSetup sampling_setup(const BenchArgs& a, const std::string& objective, int64_t max_seq_len) {
+  SamplingSetup s{bench_config(a, objective, max_seq_len), {}, nullptr};
+  s.ctx = cli::prepare_run(s.config);
+  s.model = cli::build_model_for(s.config, *s.ctx.tokenizer);
+  s.model->to(s.ctx.device);
+  s.model->eval();
+  return s;
+}
+
+void share_model(const BenchArgs& a, const LanguageModelImpl& model, NamedTensors share = {}) {
+  add_weights(share, model);
+  write_safetensors(a.work / "share.safetensors", share, shape_metadata(a, model));
+}
+
+nlohmann::json run_diffusion_sample(const BenchArgs& a) {
+  auto s = sampling_setup(a, "uniform_diffusion", a.seq_len);
+  const auto process = diffusion_process_for(s.config, *s.ctx.tokenizer, s.model->vocab_size());
+  share_model(a, *s.model, {{"support", process.support->member_mask(torch::kCPU)}});
+  const DiffusionCanvas canvas{torch::zeros({a.batch, a.seq_len}, torch::kLong),
+                               torch::zeros({a.batch, a.seq_len}, torch::kBool)};
+  DiffusionSampleOptions options;
+  options.seed = a.seed;
+  options.steps = 2;  // warmup: first calls allocate and pick kernels
+  sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
+  options.steps = a.denoise_steps;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
+  const double seconds = seconds_since(start);
+  return {{"sequences_per_s", a.batch / seconds},
+          {"seconds", seconds},
+          {"model_calls", result.model_calls}};
+}
+
+nlohmann::json run_decode(const BenchArgs& a) {
+  auto s = sampling_setup(a, "ar", a.new_tokens + 1);
+  share_model(a, *s.model);
+  const std::vector<std::vector<int32_t>> prompts = {{s.ctx.tokenizer->specials().eos}};
+  ArSampleOptions options;
+  options.num_samples = a.batch;
+  options.seed = a.seed;
+  options.use_kv_cache = a.kv_cache;
+  options.max_new_tokens = 8;  // warmup
+  sample_autoregressive(s.model, prompts, options);
+  options.max_new_tokens = a.new_tokens;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = sample_autoregressive(s.model, prompts, options);
+  const double seconds = seconds_since(start);
+  return {{"tokens_per_s", result.generated_tokens / seconds},
+          {"seconds", seconds},
+          {"generated_tokens", result.generated_tokens}};
+}
+
+nlohmann::json run_rollout(const BenchArgs& a) {
+  auto s = sampling_setup(a, "ar", 64 + a.new_tokens);
+  std::vector<std::vector<int32_t>> prompts;
+  for (int64_t p = 0; p < a.prompts; ++p)
+    prompts.push_back(encode_prompt(*s.ctx.tokenizer, fmt::format("What is {} + {}?\n", 17 * p + 3, 29 * p + 8)));
+  auto padded = torch::full({a.prompts, 64}, -1, torch::kLong);
+  for (int64_t p = 0; p < a.prompts; ++p)
+    for (size_t i = 0; i < prompts[p].size(); ++i) padded[p][static_cast<int64_t>(i)] = prompts[p][i];
+  share_model(a, *s.model, {{"prompts", padded}});
+
+  RolloutOptions options;
+  options.group_size = a.group;
+  options.seed = a.seed;
+  options.max_new_tokens = 8;  // warmup
+  generate_rollouts(s.model, *s.ctx.tokenizer, prompts, options);
+  options.max_new_tokens = a.new_tokens;
+  const auto start = std::chrono::steady_clock::now();
+  const auto result = generate_rollouts(s.model, *s.ctx.tokenizer, prompts, options);
+  const double seconds = seconds_since(start);
+  // Decode steps the batch ran (until every row stopped) times its rows: the work done, independent of where
+  // random draws happened to hit eos; generated_tokens counts only tokens up to each row's eos.
+  const int64_t steps = *std::max_element(result.lengths.begin(), result.lengths.end());
+  const auto row_steps = static_cast<double>(steps * a.prompts * a.group);
+  return {{"tokens_per_s", row_steps / seconds},
+          {"generated_tokens_per_s", result.generated_tokens / seconds},
+          {"seconds", seconds},
+          {"decode_steps", steps}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  BenchArgs a;
+  CLI::App app{"inkstone_bench: one benchmark measurement as a JSON line (driven by bench/run)"};
+  app.add_option("mode", a.mode, "train | diffusion-sample | decode | rollout")
+      ->required()
+      ->check(CLI::IsMember({"train", "diffusion-sample", "decode", "rollout"}));
+  app.add_option("--work", a.work, "Scratch folder: synthetic corpus, run folder, share.safetensors");
+  app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
+  app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--threads", a.threads);
+  app.add_option("--seed", a.seed);
+  app.add_option("--d-model", a.d_model);
+  app.add_option("--layers", a.layers);
+  app.add_option("--heads", a.heads);
+  app.add_option("--kv-heads", a.kv_heads);
+  app.add_option("--seq-len", a.seq_len, "Training window, or diffusion canvas length");
+  app.add_option("--batch", a.batch);
+  app.add_option("--objective", a.objective)->check(CLI::IsMember({"ar", "uniform_diffusion"}));
+  app.add_option("--steps", a.steps, "train: timed steps")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", a.warmup, "train: untimed first steps")->check(CLI::PositiveNumber);
+  app.add_option("--denoise-steps", a.denoise_steps)->check(CLI::PositiveNumber);
+  app.add_option("--new-tokens", a.new_tokens)->check(CLI::PositiveNumber);
+  app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
+  app.add_option("--group", a.group)->check(CLI::PositiveNumber);
+  app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    fs::create_directories(a.work);
+    nlohmann::json result = a.mode == "train"              ? run_train(a)
+                            : a.mode == "diffusion-sample" ? run_diffusion_sample(a)
+                            : a.mode == "decode"           ? run_decode(a)
+                                                           : run_rollout(a);
+    result["peak_rss_mb"] = peak_rss_mb();
+    result["threads"] = at::get_num_threads();
+    std::cout << result.dump() << std::endl;
+  } catch (const InputError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
