@@ -144,6 +144,12 @@ struct TrainConfig {
   int64_t max_bad_steps;
 };
 
+// Data-parallel runs (core/distributed.h); a single process ignores it.
+struct DistributedConfig {
+  double timeout_s;  // a collective or the rendezvous waiting longer than this fails instead of hanging
+  double bucket_mb;  // gradient all-reduce bucket size
+};
+
 struct SampleConfig {
   int64_t num;
   int64_t max_new_tokens;
@@ -166,6 +172,7 @@ struct Config {
   OptimConfig optim;
   ScheduleConfig schedule;
   TrainConfig train;
+  DistributedConfig distributed;
   SampleConfig sample;
   RlConfig rl;
   GflowrlConfig gflowrl;

@@ -129,6 +129,11 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(train, max_bad_steps, int64_t{5}, "Consecutive NaN/Inf steps that stop the run.")
           .at_least(1),
 
+      INKSTONE_FIELD(distributed, timeout_s, 300.0,
+                     "Seconds a rank waits for the others (rendezvous, any collective) before failing.")
+          .range(1, 86400),
+      INKSTONE_FIELD(distributed, bucket_mb, 25.0, "Gradient all-reduce bucket size in MiB.").range(0.001, 4096),
+
       INKSTONE_FIELD(sample, num, int64_t{4}, "Samples per prompt.").at_least(1),
       INKSTONE_FIELD(sample, max_new_tokens, int64_t{128}, "Tokens to generate.").at_least(1),
       INKSTONE_FIELD(sample, temperature, 1.0, "Softmax temperature; 0: greedy.").range(0, 100),

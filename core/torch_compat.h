@@ -11,6 +11,11 @@
 #define INKSTONE_TORCH_AT_LEAST(major, minor) \
   (TORCH_VERSION_MAJOR > (major) || (TORCH_VERSION_MAJOR == (major) && TORCH_VERSION_MINOR >= (minor)))
 
+namespace c10d {
+class ProcessGroup;
+class Backend;
+}  // namespace c10d
+
 namespace inkstone::compat {
 
 // Scaled dot-product attention on [B, H, T, D] tensors. 1.13 exposes it as a private op returning
@@ -54,6 +59,14 @@ inline void* optimizer_state_key(const torch::Tensor& p, void**) { return p.unsa
 inline OptimizerStateKey optimizer_state_key(const torch::Tensor& p) {
   return detail::optimizer_state_key(p, static_cast<OptimizerStateKey*>(nullptr));
 }
+
+// The c10d class the Gloo and NCCL process groups derive from: ProcessGroup in 1.13; from 2.0 a ProcessGroup
+// dispatches to per-device Backends, and ProcessGroupGloo / ProcessGroupNCCL are Backends.
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+using CollectiveBackend = c10d::Backend;
+#else
+using CollectiveBackend = c10d::ProcessGroup;
+#endif
 
 inline std::string torch_version() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

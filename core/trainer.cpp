@@ -5,11 +5,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <optional>
 
 #include <unistd.h>
 
 #include <fmt/format.h>
 
+#include "core/counter_hash.h"
 #include "core/errors.h"
 #include "core/lr_schedule.h"
 #include "core/metrics_log.h"
@@ -44,6 +46,18 @@ void merge_metrics(std::map<std::string, torch::Tensor>& into, const std::map<st
   }
 }
 
+// Loss, count and metrics of the global batch: sums, minima and maxima over ranks, one collective each, issued in
+// the same order on every rank.
+void reduce_over_ranks(AccumulatedStep& acc, Distributed& distributed) {
+  std::vector<torch::Tensor> sums{acc.loss_sum, acc.count}, mins, maxes;
+  for (const auto& [name, value] : acc.metric_sums) sums.push_back(value);
+  for (const auto& [name, value] : acc.metric_mins) mins.push_back(value);
+  for (const auto& [name, value] : acc.metric_maxes) maxes.push_back(value);
+  distributed.all_reduce(sums, ReduceOp::sum);
+  distributed.all_reduce(mins, ReduceOp::min);
+  distributed.all_reduce(maxes, ReduceOp::max);
+}
+
 }  // namespace
 
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
@@ -71,21 +85,27 @@ Batch WindowEvalSource::batch(int64_t index) const {
 
 AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& model,
                                      const std::vector<Batch>& micro_batches, const NamedTensors& parameters,
-                                     bool autocast) {
+                                     bool autocast, GradientSynchroniser* across_ranks) {
   const auto device = micro_batches.front().tokens.device();
   AccumulatedStep acc;
   acc.loss_sum = torch::zeros({}, torch::dtype(torch::kFloat).device(device));
   acc.count = torch::zeros({}, torch::dtype(torch::kFloat).device(device));
-  for (const Batch& micro : micro_batches) {
+  for (size_t m = 0; m < micro_batches.size(); ++m) {
+    const Batch& micro = micro_batches[m];
     if (autocast) compat::set_cuda_autocast(true);
     LossOutput out = objective.loss(model, micro);
     if (autocast) compat::set_cuda_autocast(false);
+    if (across_ranks && m + 1 == micro_batches.size()) across_ranks->arm();
     out.loss_sum.backward();
     acc.loss_sum += out.loss_sum.detach().to(torch::kFloat);
     acc.count += out.count;
     merge_metrics(acc.metric_sums, out.metric_sums, [](auto a, auto b) { return a + b; });
     merge_metrics(acc.metric_mins, out.metric_mins, [](auto a, auto b) { return torch::minimum(a, b); });
     merge_metrics(acc.metric_maxes, out.metric_maxes, [](auto a, auto b) { return torch::maximum(a, b); });
+  }
+  if (across_ranks) {
+    across_ranks->finish();
+    reduce_over_ranks(acc, across_ranks->distributed());
   }
   // Gradients hold d(sum of unit losses); dividing by the total makes them d(mean) for any micro-batching.
   const auto inverse_count = 1.0 / acc.count.clamp_min(1.0);
@@ -96,7 +116,8 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
 
 Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
                  std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<const WindowLoader> train_data,
-                 std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device)
+                 std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device,
+                 std::shared_ptr<Distributed> distributed)
     : config_(std::move(config)),
       model_(std::move(model)),
       objective_(std::move(objective)),
@@ -110,19 +131,54 @@ Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> 
   optimized_ = groups.decay;
   optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
   optimizer_ = make_adamw(groups, config_.optim);
+
+  distributed_ = distributed ? std::move(distributed) : std::make_shared<Distributed>();
+  if (distributed_->active()) {
+    const int64_t ranks = distributed_->world_size();
+    if (config_.train.batch_size % (ranks * config_.train.grad_accum) != 0)
+      throw InputError(fmt::format("train.batch_size = {} must be divisible by the number of ranks ({}) times "
+                                   "train.grad_accum ({})",
+                                   config_.train.batch_size, ranks, config_.train.grad_accum));
+    if (train_data_->options().rank != distributed_->rank())
+      throw std::logic_error("a rank's training data must be opened with that rank");
+    // Each rank draws its own noise (diffusion times and corruption); rank 0 keeps the single-process stream.
+    if (!distributed_->is_main())
+      torch::manual_seed(counter_hash({static_cast<uint64_t>(config_.run.seed),
+                                       static_cast<uint64_t>(distributed_->rank())}));
+    const auto bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
+    synchroniser_ = std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes);
+  }
 }
 
 void Trainer::resume(const CheckpointData& checkpoint) {
   load_module_weights(*model_, checkpoint.model, fmt::format("checkpoint step {}", checkpoint.step));
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
-  restore_rng_state(checkpoint.state.at("rng"), "state.json");
+  const auto saved_ranks = checkpoint.state.value("world_size", int64_t{1});
+  if (saved_ranks != distributed_->world_size())
+    throw InputError(fmt::format("checkpoint step {} was written by {} rank(s) but this run has {}: resume with "
+                                 "the same number of processes (each rank's random stream is restored)",
+                                 checkpoint.step, saved_ranks, distributed_->world_size()));
+  if (distributed_->active()) {
+    const auto& streams = checkpoint.state.at("rng_ranks");
+    if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
+      throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", checkpoint.step,
+                                   saved_ranks));
+    restore_rng_state(streams.at(static_cast<size_t>(distributed_->rank())), "state.json");
+  } else {
+    restore_rng_state(checkpoint.state.at("rng"), "state.json");
+  }
   step_ = checkpoint.step;
   tokens_seen_ = checkpoint.state.at("tokens_seen").get<int64_t>();
   elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
 }
 
+// `batch` is this rank's share of the global batch; its rows keep their global positions, so stratified draws
+// see the same strata whatever the number of ranks.
 Batch Trainer::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const {
-  return token_batch_to_device(batch, row_begin, row_end, device_);
+  Batch rows = token_batch_to_device(batch, row_begin, row_end, device_);
+  rows.first_row += distributed_->rank() * batch.rows;
+  rows.total_rows = batch.rows * distributed_->world_size();
+  return rows;
 }
 
 std::map<std::string, double> Trainer::evaluate() {
@@ -135,6 +191,8 @@ std::map<std::string, double> Trainer::evaluate() {
 }
 
 std::filesystem::path Trainer::save(double elapsed_s) {
+  const auto rng_of_ranks = distributed_->gather_to_main(fmt::format("rng/{}", step_), capture_rng_state().dump());
+  if (!distributed_->is_main()) return {};
   CheckpointData data;
   data.step = step_;
   data.model = module_weights(*model_);
@@ -144,7 +202,12 @@ std::filesystem::path Trainer::save(double elapsed_s) {
                 {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
                 {"objective", objective_->name()},
-                {"data_position", {{"step", step_}}}};
+                {"data_position", {{"step", step_}}},
+                {"world_size", distributed_->world_size()}};
+  if (distributed_->active()) {
+    data.state["rng_ranks"] = nlohmann::json::array();
+    for (const auto& text : rng_of_ranks) data.state["rng_ranks"].push_back(nlohmann::json::parse(text));
+  }
   data.config_toml = config_to_toml(config_);
   data.tokenizer = tokenizer_->to_json();
   return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
@@ -152,16 +215,28 @@ std::filesystem::path Trainer::save(double elapsed_s) {
 
 TrainResult Trainer::run() {
   const auto& train = config_.train;
-  const int64_t micro_batch = train.batch_size / train.grad_accum;
+  const int64_t rank_batch = train.batch_size / distributed_->world_size();
+  const int64_t micro_batch = rank_batch / train.grad_accum;
   const int64_t tokens_per_step = train.batch_size * config_.data.seq_len;
   const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
+  const bool main = distributed_->is_main();
 
-  std::filesystem::create_directories(run_dir_);
-  MetricsLog log(run_dir_ / "metrics.jsonl", step_);  // drops lines past the resumed step
+  // Only rank 0 writes metrics and draws progress.
+  std::optional<MetricsLog> log;
+  std::optional<ProgressBar> progress;
   const int64_t first_step = step_;
-  ProgressBar progress("train", train.steps - first_step, ProgressBar::Unit::items);
+  if (main) {
+    std::filesystem::create_directories(run_dir_);
+    log.emplace(run_dir_ / "metrics.jsonl", step_);  // drops lines past the resumed step
+    progress.emplace("train", train.steps - first_step, ProgressBar::Unit::items);
+  }
   TrainResult result;
   model_->train();
+  {
+    std::vector<torch::Tensor> state = model_->parameters();
+    for (const auto& buffer : model_->buffers()) state.push_back(buffer);
+    distributed_->broadcast_from_main(state);  // every rank starts from rank 0's weights
+  }
 
   const auto session_start = std::chrono::steady_clock::now();
   auto window_start = session_start;
@@ -178,11 +253,12 @@ TrainResult Trainer::run() {
     set_learning_rate(*optimizer_, lr);
     optimizer_->zero_grad();
 
-    const TokenBatch batch = train_data_->train_batch(step_, train.batch_size);
+    const TokenBatch batch = train_data_->train_batch(step_, rank_batch);
     std::vector<Batch> micro_batches;
     for (int64_t m = 0; m < train.grad_accum; ++m)
       micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
-    AccumulatedStep acc = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast);
+    AccumulatedStep acc =
+        accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast, synchroniser_.get());
     const torch::Tensor grad_norm = clip_grad_norm(parameters, config_.optim.grad_clip);
     const double loss = (acc.loss_sum / acc.count.clamp_min(1.0)).item<double>();
     const double norm = grad_norm.item<double>();
@@ -192,8 +268,9 @@ TrainResult Trainer::run() {
     if (!finite) {
       ++bad_in_a_row;
       ++result.skipped_steps;
-      log.append({{"step", done}, {"split", "train"}, {"event", "skipped_non_finite"},
-                 {"loss", loss}, {"grad_norm", norm}});
+      if (log)
+        log->append({{"step", done}, {"split", "train"}, {"event", "skipped_non_finite"},
+                     {"loss", loss}, {"grad_norm", norm}});
       if (bad_in_a_row >= train.max_bad_steps)
         throw std::runtime_error(fmt::format(
             "{} consecutive steps had a non-finite loss or gradient (last at step {}); stopping. "
@@ -202,6 +279,7 @@ TrainResult Trainer::run() {
     } else {
       bad_in_a_row = 0;
       optimizer_->step();
+      after_optimizer_step(*model_);
       tokens_seen_ += tokens_per_step;
       window_tokens += tokens_per_step;
       loss_window += loss;
@@ -224,31 +302,35 @@ TrainResult Trainer::run() {
       for (auto& [name, value] : acc.metric_sums) line[name] = value.item<double>() / units;
       for (auto& [name, value] : acc.metric_mins) line[name] = value.item<double>();
       for (auto& [name, value] : acc.metric_maxes) line[name] = value.item<double>();
-      log.append(line);
-      progress.update(done - first_step,
-                      fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train.steps,
-                                  line["loss"].get<double>(), line["tokens_per_s"].get<double>()));
+      if (log) {
+        log->append(line);
+        progress->update(done - first_step,
+                         fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train.steps,
+                                     line["loss"].get<double>(), line["tokens_per_s"].get<double>()));
+      }
       window_start = std::chrono::steady_clock::now();
       window_tokens = 0;
       loss_window = 0;
       steps_in_window = 0;
     }
     if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
-      auto metrics = evaluate();
+      auto metrics = evaluate();  // every rank evaluates the same batches with the same weights
       nlohmann::json line = {{"step", done}, {"tokens_seen", tokens_seen_}, {"split", "val"},
                              {"elapsed_s", elapsed_before_s_ + seconds_since(session_start)}};
       for (auto& [name, value] : metrics) line[name] = value;
       line["loss"] = metrics.at("loss_nats");
-      log.append(line);
-      print_above_progress(fmt::format("step {} val loss {:.4f} nats/token, {:.4f} bits/byte", done,
-                                       metrics.at("loss_nats"), metrics.at("bits_per_byte")));
+      if (log) {
+        log->append(line);
+        print_above_progress(fmt::format("step {} val loss {:.4f} nats/token, {:.4f} bits/byte", done,
+                                         metrics.at("loss_nats"), metrics.at("bits_per_byte")));
+      }
       if (last) result.final_eval = metrics;
     }
     if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last) {
       result.last_checkpoint = save(elapsed_before_s_ + seconds_since(session_start));
     }
   }
-  progress.finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
+  if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
   result.steps_done = step_;
   return result;
 }

@@ -9,6 +9,7 @@
 #include "core/batch.h"
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/distributed.h"
 #include "core/optimizer.h"
 #include "core/tokenizer.h"
 #include "core/window_loader.h"
@@ -35,9 +36,11 @@ struct AccumulatedStep {
 };
 // Runs the objective on each micro-batch, backpropagating loss sums, then divides the gradients of
 // `parameters` by the total count, so any split of a batch into micro-batches gives the full batch's gradient.
+// With `across_ranks`, the last backward also sums gradients over ranks, and the loss, count and metrics are
+// reduced too, so every rank ends with the global batch's mean gradient: sum over ranks / count over ranks.
 AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& model,
                                      const std::vector<Batch>& micro_batches, const NamedTensors& parameters,
-                                     bool autocast);
+                                     bool autocast, GradientSynchroniser* across_ranks = nullptr);
 
 // A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all).
 class WindowEvalSource : public EvalSource {
@@ -56,11 +59,16 @@ class WindowEvalSource : public EvalSource {
 
 class Trainer {
  public:
+  // With an active `distributed`, this process is one rank of a data-parallel run: train_data must be opened
+  // with its rank; it trains on its batch_size / world_size rows of each global batch, and only rank 0 writes
+  // metrics, progress and checkpoints.
   Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
           std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<const WindowLoader> train_data,
-          std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device);
+          std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device,
+          std::shared_ptr<Distributed> distributed = nullptr);
 
-  // Restores weights, optimizer, RNG, step and data position, so training continues exactly.
+  // Restores weights, optimizer, RNG, step and data position, so training continues exactly. A checkpoint of a
+  // run with another number of ranks is an InputError (each rank's random stream is saved and restored).
   void resume(const CheckpointData& checkpoint);
   TrainResult run();
 
@@ -82,6 +90,8 @@ class Trainer {
   torch::Device device_;
   NamedTensors optimized_;  // in the optimizer's group order, for its checkpointed state
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::shared_ptr<Distributed> distributed_;
+  std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run
   int64_t step_ = 0;
   int64_t tokens_seen_ = 0;
   double elapsed_before_s_ = 0;  // wall time of earlier sessions of a resumed run

@@ -3,6 +3,7 @@
 
 #include "core/atomic_file.h"
 #include "core/checkpoint.h"
+#include "core/distributed.h"
 #include "core/errors.h"
 #include "core/platform.h"
 #include "core/trainer.h"
@@ -62,23 +63,35 @@ int train(const TrainOptions& o) {
                                  run_dir.string()));
   }
 
+  const LaunchEnv launch = launch_env_from_environment();
   RunContext ctx = prepare_run(config);
   if (ctx.objective->needs().consumes == BatchKind::rollouts)
     return train_rl(config, run_dir, std::move(ctx), o.resume);
-  TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
+  // A data-parallel rank: its own GPU, its rows of each batch; rank 0 alone prints and writes the run folder.
+  auto distributed = std::make_shared<Distributed>();
+  if (launch.distributed()) {
+    ctx.device = device_of_rank(ctx.device, launch);
+    distributed = std::make_shared<Distributed>(launch, ctx.device, timeout_of(config.distributed));
+  }
+  const bool main = distributed->is_main();
+  TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs(), launch.rank);
   LanguageModel model = build_model_for(config, *ctx.tokenizer);
-  print_run_header(config, model, run_dir, ctx.device);
+  if (main) {
+    print_run_header(config, model, run_dir, ctx.device);
+    if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);
+    std::filesystem::create_directories(run_dir);
+    write_file_atomic(run_dir / "config.toml", config_to_toml(config));
+    ctx.tokenizer->save(run_dir / "tokenizer.json");
+  }
 
-  std::filesystem::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.toml", config_to_toml(config));
-  ctx.tokenizer->save(run_dir / "tokenizer.json");
-
-  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir, ctx.device);
+  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir, ctx.device,
+                  distributed);
   if (checkpoint) {
     trainer.resume(*checkpoint);
-    fmt::print("resumed from step {}\n", checkpoint->step);
+    if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
   TrainResult result = trainer.run();
+  if (!main) return 0;
   fmt::print("done: {} steps ({} skipped), checkpoint {}\n", result.steps_done, result.skipped_steps,
              result.last_checkpoint.string());
   for (const auto& [name, value] : result.final_eval) fmt::print("  val {} = {:.4f}\n", name, value);

@@ -17,5 +17,8 @@ void add_data_command(CLI::App& app, Action& action);
 // `data synth`, added under `data` (tools/cmd_data_synth.cpp).
 void add_data_synth_command(CLI::App& data, Action& action);
 void add_tokenizer_command(CLI::App& app, Action& action);
+// `convert`: a plain checkpoint wrapped with delta attention residuals (tools/cmd_convert.cpp).
+void add_convert_command(CLI::App& app, Action& action);
+void add_launch_command(CLI::App& app, Action& action);
 
 }  // namespace inkstone::cli

@@ -18,6 +18,8 @@ int main(int argc, char** argv) {
   cli::add_eval_command(app, action);
   cli::add_data_command(app, action);
   cli::add_tokenizer_command(app, action);
+  cli::add_convert_command(app, action);
+  cli::add_launch_command(app, action);
   cli::add_version_command(app, action);
 
   try {

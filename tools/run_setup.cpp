@@ -34,7 +34,8 @@ RunContext prepare_run(const Config& config) {
   return ctx;
 }
 
-TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs) {
+TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,
+                                int64_t rank) {
   auto options = [&](const std::string& split) {
     WindowLoaderOptions o;
     o.split = split;
@@ -42,6 +43,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     o.mode = window_mode_from_name(config.data.mode);
     o.seed = static_cast<uint64_t>(config.run.seed);
     o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
+    o.rank = rank;
     return o;
   };
   TrainingData data;

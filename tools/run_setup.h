@@ -28,7 +28,9 @@ struct TrainingData {
   std::shared_ptr<const WindowLoader> train;
   std::shared_ptr<const WindowLoader> val;
 };
-TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs);
+// `rank`: this process's rank in a data-parallel run (which rows of each global batch it reads).
+TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,
+                                int64_t rank = 0);
 
 LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer);
 void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,

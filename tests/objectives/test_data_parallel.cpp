@@ -1,0 +1,326 @@
+// Data-parallel training over Gloo with real processes: this binary re-executes itself as the ranks (the
+// DISABLED_ worker below, run with the launch variables set), and the CLI's `launch` starts ranks of `train`.
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "core/byte_tokenizer.h"
+#include "core/checkpoint.h"
+#include "core/distributed.h"
+#include "core/trainer.h"
+#include "objectives/objective.h"
+#include "tests/fixtures.h"
+#include "tests/test_paths.h"
+
+namespace inkstone {
+namespace {
+
+constexpr int64_t kSteps = 20;
+constexpr int kWorkerDistributedError = 7;  // a worker's exit code when a collective failed
+
+// A global batch of 8 rows of 16 tokens; the ranks split it and accumulate over two micro-batches each.
+std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad_accum, double timeout_s) {
+  return fmt::format(
+      "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\n"
+      "[data]\npath = \"{}\"\nseq_len = 16\n"
+      "[optim]\nlearning_rate = 3e-3\n"
+      "[schedule]\nwarmup_steps = 2\n"
+      "[train]\nsteps = {}\nbatch_size = 8\ngrad_accum = {}\nlog_interval = 1\neval_interval = 0\n"
+      "eval_batches = 1\ncheckpoint_interval = 0\nkeep_checkpoints = 1\n"
+      "[distributed]\ntimeout_s = {}\n",
+      data_dir.string(), kSteps, grad_accum, timeout_s);
+}
+
+std::shared_ptr<const WindowLoader> loader(const Config& config, const std::string& split, int64_t rank) {
+  WindowLoaderOptions o;
+  o.window_len = config.data.seq_len + 1;
+  o.seed = static_cast<uint64_t>(config.run.seed);
+  o.split = split;
+  o.rank = rank;
+  return std::make_shared<WindowLoader>(config.data.path, o);
+}
+
+// Trains `config` as rank `distributed->rank()`, calling on_step with each step's loss.
+TrainResult train_tiny(const Config& config, const std::filesystem::path& run_dir,
+                       std::shared_ptr<Distributed> distributed, std::function<void(int64_t, double)> on_step) {
+  auto tokenizer = std::make_shared<ByteTokenizer>();
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  auto model = build_language_model(config.model, tokenizer->vocab_size());
+  const int64_t rank = distributed ? distributed->rank() : 0;
+  Trainer trainer(config, model, make_objective(config, *tokenizer), tokenizer, loader(config, "train", rank),
+                  loader(config, "val", 0), run_dir, torch::kCPU, std::move(distributed));
+  trainer.on_step = std::move(on_step);
+  return trainer.run();
+}
+
+// The rank side of the tests: reads INKSTONE_TEST_DIR/config.toml, trains as the rank the launch variables name,
+// writes "step loss" lines to losses_rank<r>.txt. With INKSTONE_TEST_EXIT_AT_STEP, rank 1 exits abruptly after
+// that step; a failed collective exits with kWorkerDistributedError after printing its message.
+TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
+  const char* dir_text = std::getenv("INKSTONE_TEST_DIR");
+  ASSERT_NE(dir_text, nullptr);
+  const std::filesystem::path dir = dir_text;
+  const Config config = load_config((dir / "config.toml").string());
+  const LaunchEnv launch = launch_env_from_environment();
+  const char* exit_text = std::getenv("INKSTONE_TEST_EXIT_AT_STEP");
+  const int64_t exit_at = exit_text && launch.rank == 1 ? std::atoll(exit_text) : -1;
+  std::ofstream losses(dir / fmt::format("losses_rank{}.txt", launch.rank));
+  try {
+    auto distributed = std::make_shared<Distributed>(launch, torch::kCPU, timeout_of(config.distributed));
+    train_tiny(config, dir / "run", distributed, [&](int64_t step, double loss) {
+      losses << fmt::format("{} {:.17g}\n", step, loss) << std::flush;
+      if (step == exit_at) std::_Exit(3);
+    });
+  } catch (const DistributedError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    std::_Exit(kWorkerDistributedError);
+  }
+}
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof(address);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&address), sizeof(address));
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
+  ::close(fd);
+  return ntohs(address.sin_port);
+}
+
+struct Child {
+  pid_t pid = -1;
+  std::filesystem::path output;  // stdout and stderr
+};
+
+// Starts `argv` with `env` added, its output in `output`.
+Child spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
+            const std::filesystem::path& output) {
+  Child child{::fork(), output};
+  if (child.pid == 0) {
+    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
+    std::FILE* out = std::fopen(output.c_str(), "w");
+    ::dup2(::fileno(out), 1);
+    ::dup2(::fileno(out), 2);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  return child;
+}
+
+// The exit code (128 + signal when killed); -1 when it is still running at the deadline (it is then killed).
+int wait_for(const Child& child, std::chrono::seconds limit) {
+  const auto deadline = std::chrono::steady_clock::now() + limit;
+  int status = 0;
+  while (::waitpid(child.pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      ::kill(child.pid, SIGKILL);
+      ::waitpid(child.pid, &status, 0);
+      return -1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+std::map<int64_t, double> read_losses(const std::filesystem::path& path) {
+  std::map<int64_t, double> losses;
+  std::ifstream in(path);
+  int64_t step = 0;
+  double loss = 0;
+  while (in >> step >> loss) losses[step] = loss;
+  return losses;
+}
+
+// Starts `world` worker ranks on `dir` and returns them.
+std::vector<Child> start_workers(const std::filesystem::path& dir, int world,
+                                 std::vector<std::pair<std::string, std::string>> extra_env = {}) {
+  const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
+  const std::string port = std::to_string(free_port());
+  std::vector<Child> ranks;
+  for (int rank = 0; rank < world; ++rank) {
+    auto env = extra_env;
+    env.insert(env.end(), {{"RANK", std::to_string(rank)}, {"LOCAL_RANK", std::to_string(rank)},
+                           {"WORLD_SIZE", std::to_string(world)}, {"MASTER_ADDR", "127.0.0.1"},
+                           {"MASTER_PORT", port}, {"INKSTONE_TEST_DIR", dir.string()}});
+    ranks.push_back(spawn({self, "--gtest_also_run_disabled_tests", "--gtest_filter=DataParallelWorker.*"}, env,
+                          dir / fmt::format("output_rank{}.txt", rank)));
+  }
+  return ranks;
+}
+
+class DataParallel : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new std::filesystem::path(testing::temp_dir("data_parallel"));
+    testing::prepare_word_corpus(*dir_);
+  }
+  static void TearDownTestSuite() {
+    std::filesystem::remove_all(*dir_);
+    delete dir_;
+  }
+  static std::filesystem::path data() { return *dir_ / "data"; }
+  static std::filesystem::path* dir_;
+};
+std::filesystem::path* DataParallel::dir_ = nullptr;
+
+// The acceptance test: the same global batch over 2 ranks (each accumulating 2 micro-batches) and in one
+// process gives the same losses and weights. Only the order of float additions differs (the all-reduce sums
+// the ranks' partial gradients), so agreement is to rounding, not bitwise.
+TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
+  const auto dir = *dir_ / "two_ranks";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.toml") << tiny_config_text(data(), /*grad_accum=*/2, /*timeout_s=*/60);
+  }
+  auto ranks = start_workers(dir, 2);
+
+  const Config single = config_from_string(tiny_config_text(data(), 1, 60), "single.toml");
+  std::map<int64_t, double> expected;
+  train_tiny(single, dir / "single_run", nullptr, [&](int64_t step, double loss) { expected[step] = loss; });
+
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << read_text(ranks[r].output);
+  ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+  for (int r = 0; r < 2; ++r) {
+    const auto losses = read_losses(dir / fmt::format("losses_rank{}.txt", r));
+    ASSERT_EQ(losses.size(), expected.size()) << "rank " << r;
+    for (const auto& [step, loss] : expected) EXPECT_NEAR(losses.at(step), loss, 1e-5) << "rank " << r << " step " << step;
+  }
+
+  const CheckpointData reference = load_checkpoint(dir / "single_run");
+  const CheckpointData parallel = load_checkpoint(dir / "run");
+  ASSERT_EQ(parallel.step, kSteps);
+  ASSERT_EQ(parallel.model.size(), reference.model.size());
+  for (size_t i = 0; i < reference.model.size(); ++i) {
+    ASSERT_EQ(parallel.model[i].first, reference.model[i].first);
+    const double difference = (parallel.model[i].second - reference.model[i].second).abs().max().item<double>();
+    EXPECT_LT(difference, 1e-5) << reference.model[i].first;
+  }
+  // Rank 0 alone wrote the run folder: one metrics line per step, a checkpoint that knows both random streams.
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  int64_t train_lines = 0;
+  for (std::string line; std::getline(metrics, line);)
+    if (nlohmann::json::parse(line).at("split") == "train") ++train_lines;
+  EXPECT_EQ(train_lines, kSteps);
+  EXPECT_EQ(parallel.state.at("world_size"), 2);
+  EXPECT_EQ(parallel.state.at("rng_ranks").size(), 2u);
+
+  // Resuming that checkpoint with another number of processes is refused with the reason.
+  auto tokenizer = std::make_shared<ByteTokenizer>();
+  auto model = build_language_model(single.model, tokenizer->vocab_size());
+  Trainer trainer(single, model, make_objective(single, *tokenizer), tokenizer, loader(single, "train", 0),
+                  loader(single, "val", 0), dir / "resumed", torch::kCPU);
+  EXPECT_NE(testing::input_error_of([&] { trainer.resume(parallel); }).find("written by 2 rank(s) but this run has 1"),
+            std::string::npos);
+}
+
+// A rank that dies mid-run makes the survivor fail with a DistributedError within the timeout, not hang.
+TEST_F(DataParallel, DeadRankMakesTheOtherFailWithinTheTimeout) {
+  const auto dir = *dir_ / "dead_rank";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.toml") << tiny_config_text(data(), 1, /*timeout_s=*/5);
+  }
+  const auto start = std::chrono::steady_clock::now();
+  auto ranks = start_workers(dir, 2, {{"INKSTONE_TEST_EXIT_AT_STEP", "3"}});
+  EXPECT_EQ(wait_for(ranks[1], std::chrono::seconds(60)), 3) << read_text(ranks[1].output);
+  EXPECT_EQ(wait_for(ranks[0], std::chrono::seconds(30)), kWorkerDistributedError) << read_text(ranks[0].output);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 30.0);
+  const std::string message = read_text(ranks[0].output);
+  EXPECT_NE(message.find("rank 0: gradient all-reduce failed"), std::string::npos) << message;
+  EXPECT_EQ(read_losses(dir / "losses_rank0.txt").size(), 3u);
+}
+
+// `inkstone launch` runs train as two ranks that write one run folder, and forwards a rank's failure.
+TEST_F(DataParallel, LaunchRunsTrainAsRanksAndForwardsFailures) {
+  const auto dir = *dir_ / "launch";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.toml") << tiny_config_text(data(), 1, 60);
+  }
+  const std::string cli = testing::cli_binary().string();
+  Child run = spawn({cli, "launch", "--nproc", "2", "--", "train", (dir / "config.toml").string(), "--run-dir",
+                     (dir / "run").string(), "--set", "train.steps=4"},
+                    {}, dir / "launch_output.txt");
+  ASSERT_EQ(wait_for(run, std::chrono::seconds(120)), 0) << read_text(run.output);
+  const std::string output = read_text(run.output);
+  EXPECT_NE(output.find("data parallel: 2 ranks"), std::string::npos) << output;
+  EXPECT_EQ(load_checkpoint(dir / "run").state.at("world_size"), 2);
+
+  Child failing = spawn({cli, "launch", "--nproc", "2", "--", "train", (dir / "missing.toml").string()}, {},
+                        dir / "failing_output.txt");
+  EXPECT_EQ(wait_for(failing, std::chrono::seconds(60)), 2);
+  const std::string failure = read_text(failing.output);
+  EXPECT_NE(failure.find("missing.toml"), std::string::npos) << failure;
+  EXPECT_NE(failure.find("launch: rank"), std::string::npos) << failure;
+}
+
+// The launch variables: torchrun's, Slurm's, and one-line errors for inconsistent ones.
+TEST(LaunchEnv, ReadsTorchrunAndSlurmVariables) {
+  const char* names[] = {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT",
+                         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID", "TORCHELASTIC_USE_AGENT_STORE"};
+  for (const char* name : names) ::unsetenv(name);
+  EXPECT_FALSE(launch_env_from_environment().distributed());
+
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "4", 1);
+  ::setenv("LOCAL_RANK", "1", 1);
+  EXPECT_NE(testing::input_error_of([] { launch_env_from_environment(); }).find("MASTER_ADDR"), std::string::npos);
+  ::setenv("MASTER_ADDR", "node7", 1);
+  ::setenv("MASTER_PORT", "29500", 1);
+  LaunchEnv env = launch_env_from_environment();
+  EXPECT_EQ(env.rank, 1);
+  EXPECT_EQ(env.world_size, 4);
+  EXPECT_EQ(env.local_rank, 1);
+  EXPECT_EQ(env.master_addr, "node7");
+  EXPECT_EQ(env.master_port, 29500);
+  EXPECT_FALSE(env.agent_hosts_store);
+  ::setenv("RANK", "4", 1);
+  EXPECT_NE(testing::input_error_of([] { launch_env_from_environment(); }).find("RANK='4'"), std::string::npos);
+  ::setenv("MASTER_PORT", "http", 1);
+  ::setenv("RANK", "0", 1);
+  EXPECT_NE(testing::input_error_of([] { launch_env_from_environment(); }).find("MASTER_PORT='http'"),
+            std::string::npos);
+
+  ::unsetenv("RANK");
+  ::unsetenv("WORLD_SIZE");
+  ::unsetenv("LOCAL_RANK");
+  ::setenv("MASTER_PORT", "29501", 1);
+  ::setenv("SLURM_PROCID", "5", 1);
+  ::setenv("SLURM_NTASKS", "8", 1);
+  ::setenv("SLURM_LOCALID", "1", 1);
+  env = launch_env_from_environment();
+  EXPECT_EQ(env.rank, 5);
+  EXPECT_EQ(env.world_size, 8);
+  EXPECT_EQ(env.local_rank, 1);
+  for (const char* name : names) ::unsetenv(name);
+}
+
+}  // namespace
+}  // namespace inkstone
