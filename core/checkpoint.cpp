@@ -12,6 +12,7 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
@@ -25,6 +26,8 @@ constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kConfigFile = "config.toml";
 constexpr const char* kTokenizerFile = "tokenizer.json";
 constexpr const char* kStateFile = "state.json";
+// Only written when an objective has trainable weights of its own (FlowRL's log Z head).
+constexpr const char* kObjectiveFile = "objective.safetensors";
 // The files state.json describes; it is written after them, so its presence marks a complete write.
 const std::array<const char*, 4> kDataFiles = {kModelFile, kOptimizerFile, kConfigFile, kTokenizerFile};
 
@@ -144,10 +147,16 @@ void write_checkpoint_files(const fs::path& folder, const CheckpointData& data, 
   done(kConfigFile);
   write_file_atomic(folder / kTokenizerFile, data.tokenizer.dump(2) + "\n");
   done(kTokenizerFile);
+  std::vector<const char*> files(kDataFiles.begin(), kDataFiles.end());
+  if (!data.objective.empty()) {
+    write_safetensors(folder / kObjectiveFile, data.objective);
+    done(kObjectiveFile);
+    files.push_back(kObjectiveFile);
+  }
 
   nlohmann::json state = data.state.is_null() ? nlohmann::json::object() : data.state;
   state["step"] = data.step;
-  for (const char* file : kDataFiles) {
+  for (const char* file : files) {
     const FileDigest digest = digest_file(folder / file);
     state["files"][file] = {{"bytes", digest.bytes}, {"xxh64", digest.xxh64}};
   }
@@ -181,6 +190,8 @@ CheckpointData load_folder(const fs::path& folder) {
       !state.contains("files") || !state["files"].is_object())
     throw InputError(state_path.string() + ": not a checkpoint state (needs an integer 'step' and a 'files' table)");
   for (const char* file : kDataFiles) verify_file(folder, file, state["files"]);
+  const bool has_objective = state["files"].contains(kObjectiveFile);
+  if (has_objective) verify_file(folder, kObjectiveFile, state["files"]);
 
   CheckpointData data;
   data.step = state["step"].get<int64_t>();
@@ -189,6 +200,7 @@ CheckpointData load_folder(const fs::path& folder) {
   data.state = std::move(state);
   data.model = read_safetensors(folder / kModelFile).tensors;
   data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
+  if (has_objective) data.objective = read_safetensors(folder / kObjectiveFile).tensors;
   data.config_toml = read_text(folder / kConfigFile);
   data.tokenizer = parse_json_file(folder / kTokenizerFile);
   return data;

@@ -6,6 +6,7 @@
 //     optimizer.safetensors  AdamW state by parameter name (core/optimizer_state.h)
 //     config.toml            the resolved config
 //     tokenizer.json         the tokenizer document
+//     objective.safetensors  an objective's own trainable weights (FlowRL's log Z head); only when it has some
 //     state.json             the trainer's state (step, tokens seen, data position, RNG (core/rng_state.h),
 //                            schedule and optimizer hyperparameters, objective extras) plus the size and xxh64
 //                            of every other file, written last, so loading catches a truncated or corrupt piece
@@ -27,6 +28,7 @@ struct CheckpointData {
   nlohmann::json state = nlohmann::json::object();  // the trainer's own keys; "step" and "files" are reserved
   NamedTensors model;
   NamedTensors optimizer;
+  NamedTensors objective;  // empty for objectives without weights of their own
   std::string config_toml;
   nlohmann::json tokenizer;
 };

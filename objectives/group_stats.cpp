@@ -1,7 +1,5 @@
 #include "objectives/group_stats.h"
 
-#include <limits>
-
 namespace inkstone {
 
 RolloutGroups::RolloutGroups(const torch::Tensor& group_ids) {
@@ -25,11 +23,12 @@ torch::Tensor RolloutGroups::std(const torch::Tensor& values) const {
   return broadcast(variance.sqrt());
 }
 
+// A group varies when some member differs from its first one (groups are runs of consecutive rows). Exact,
+// unlike a variance test, whose float mean of equal values need not equal them.
 torch::Tensor RolloutGroups::varies(const torch::Tensor& values) const {
-  const double inf = std::numeric_limits<double>::infinity();
-  const auto highest = torch::full({count_}, -inf, values.options()).scatter_reduce(0, index_, values, "amax");
-  const auto lowest = torch::full({count_}, inf, values.options()).scatter_reduce(0, index_, values, "amin");
-  return broadcast(highest != lowest);
+  const auto first_rows = sizes_.cumsum(0) - sizes_;
+  const auto differs = values != broadcast(values.index_select(0, first_rows));
+  return broadcast(sums(differs.to(values.scalar_type())) > 0);
 }
 
 }  // namespace inkstone

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cmath>
 
+#include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
 #include "core/checkpoint.h"
@@ -27,6 +28,31 @@ double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
 }
 
+// The rows of whole groups `group_order[first_group, first_group + count)` of a rollout batch whose groups are
+// `group_size` consecutive rows: a mini-batch never splits a group.
+Batch select_groups(const Batch& batch, const torch::Tensor& group_order, int64_t first_group, int64_t count,
+                    int64_t group_size) {
+  const auto groups = group_order.narrow(0, first_group, count).to(batch.tokens.device());
+  const auto offsets = torch::arange(group_size, groups.options());
+  const auto rows = (groups.unsqueeze(1) * group_size + offsets).flatten();
+  auto pick = [&](const torch::Tensor& t) { return t.defined() ? t.index_select(0, rows) : t; };
+  Batch out;
+  out.tokens = pick(batch.tokens);
+  out.real = pick(batch.real);
+  const auto& r = batch.rollout;
+  out.rollout = {pick(r.policy),  pick(r.old_log_probs), pick(r.ref_log_probs), pick(r.rollout_log_probs),
+                 pick(r.rewards), pick(r.groups)};
+  return out;
+}
+
+double mean_of(const std::vector<double>& values) {
+  double sum = 0;
+  for (double v : values) sum += v;
+  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+}  // namespace
+
 TaskOptions task_options(const RlConfig& rl, bool held_out) {
   TaskOptions o;
   o.name = rl.task;
@@ -38,27 +64,16 @@ TaskOptions task_options(const RlConfig& rl, bool held_out) {
   return o;
 }
 
-// Rows [begin, end) of a rollout batch: whole groups, since mini-batches are cut at group boundaries.
-Batch slice_rows(const Batch& batch, int64_t begin, int64_t end) {
-  auto rows = [&](const torch::Tensor& t) { return t.defined() ? t.narrow(0, begin, end - begin) : t; };
-  Batch out;
-  out.tokens = rows(batch.tokens);
-  out.real = rows(batch.real);
-  out.first_row = begin;
-  out.total_rows = batch.tokens.size(0);
-  const auto& r = batch.rollout;
-  out.rollout = {rows(r.policy),  rows(r.old_log_probs), rows(r.ref_log_probs), rows(r.rollout_log_probs),
-                 rows(r.rewards), rows(r.groups)};
-  return out;
+PolicyEvalOptions policy_eval_options(const Config& config) {
+  PolicyEvalOptions options;
+  options.problems = config.rl.eval_prompts;
+  options.rollout.group_size = config.rl.eval_samples;
+  options.rollout.max_new_tokens = config.rl.max_new_tokens;
+  options.rollout.sampling.temperature = config.rl.eval_temperature;
+  options.rollout.seed = config.run.seed;
+  options.rollout.stop = config.rl.stop;
+  return options;
 }
-
-double mean_of(const std::vector<double>& values) {
-  double sum = 0;
-  for (double v : values) sum += v;
-  return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
-}
-
-}  // namespace
 
 std::vector<WeightedReward> weighted_rewards(const RlConfig& rl) {
   std::vector<WeightedReward> rewards;
@@ -195,7 +210,7 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
       static_cast<double>(rows);
   line["rollout_tokens_per_s"] = rollouts.tokens_per_s;
 
-  const Update u = update(batch);
+  const Update u = update(batch, step);
   line["loss"] = u.loss;
   line["grad_norm"] = u.grad_norm;
   line["grad_norm_max"] = u.grad_norm_max;
@@ -206,11 +221,13 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
   return line;
 }
 
-// rl.epochs passes of rl.mini_batches optimizer steps over one rollout batch; each mini-batch is whole groups.
-RlTrainer::Update RlTrainer::update(const Batch& rollouts) {
+// rl.epochs passes of rl.mini_batches optimizer steps over one rollout batch; each mini-batch is whole groups,
+// drawn in a fresh order every epoch (seeded by run.seed, step and epoch) so that no two epochs see the same
+// mini-batches in the same order.
+RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   const auto& rl = config_.rl;
-  const int64_t rows = rollouts.tokens.size(0) / rl.mini_batches;
+  const int64_t groups_per_mini_batch = rl.prompts_per_step / rl.mini_batches;
   const int64_t total_optimizer_steps = config_.train.steps * rl.epochs * rl.mini_batches;
   const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
   std::vector<torch::Tensor> parameters;
@@ -221,12 +238,16 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts) {
   double count = 0;
   std::vector<double> losses, norms;
   for (int64_t epoch = 0; epoch < rl.epochs; ++epoch) {
+    auto shuffle = torch::make_generator<torch::CPUGeneratorImpl>(counter_hash(
+        {static_cast<uint64_t>(config_.run.seed), static_cast<uint64_t>(step), static_cast<uint64_t>(epoch)}));
+    const auto group_order = torch::randperm(rl.prompts_per_step, shuffle, torch::kLong);
     for (int64_t m = 0; m < rl.mini_batches; ++m) {
       u.lr = learning_rate_at(config_.schedule, config_.optim.learning_rate, optimizer_steps_++,
                               total_optimizer_steps);
       set_learning_rate(*optimizer_, u.lr);
       optimizer_->zero_grad();
-      const Batch mini = slice_rows(rollouts, m * rows, (m + 1) * rows);
+      const Batch mini =
+          select_groups(rollouts, group_order, m * groups_per_mini_batch, groups_per_mini_batch, rl.group_size);
       AccumulatedStep acc = accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast);
       const double norm = clip_grad_norm(parameters, config_.optim.grad_clip).item<double>();
       const double units = acc.count.item<double>();
@@ -265,15 +286,23 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts) {
   return u;
 }
 
+void RlTrainer::resume(const CheckpointData& checkpoint) {
+  const std::string origin = fmt::format("checkpoint step {}", checkpoint.step);
+  const std::string saved_objective = checkpoint.state.value("objective", std::string());
+  if (saved_objective != objective_->name())
+    throw InputError(fmt::format("{} was trained with objective '{}', the config asks for '{}'", origin,
+                                 saved_objective, objective_->name()));
+  load_module_weights(*policy_, checkpoint.model, origin);
+  if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
+  import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
+  restore_rng_state(checkpoint.state.at("rng"), "state.json");
+  step_ = checkpoint.step;
+  optimizer_steps_ = checkpoint.state.at("optimizer_steps").get<int64_t>();
+  elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
+}
+
 std::map<std::string, double> RlTrainer::evaluate() {
-  PolicyEvalOptions options;
-  options.problems = config_.rl.eval_prompts;
-  options.rollout.group_size = config_.rl.eval_samples;
-  options.rollout.max_new_tokens = config_.rl.max_new_tokens;
-  options.rollout.sampling.temperature = config_.rl.eval_temperature;
-  options.rollout.seed = config_.run.seed;  // the same draws every time, so evaluations differ by the policy only
-  options.rollout.stop = config_.rl.stop;
-  return evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, options);
+  return evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, policy_eval_options(config_));
 }
 
 std::filesystem::path RlTrainer::save(double elapsed_s) {
@@ -281,6 +310,7 @@ std::filesystem::path RlTrainer::save(double elapsed_s) {
   data.step = step_;
   data.model = module_weights(*policy_);
   data.optimizer = export_adamw_state(*optimizer_, optimized_);
+  if (auto own = objective_->trainable()) data.objective = module_weights(*own);
   data.state = {{"elapsed_s", elapsed_s},
                 {"optimizer_steps", optimizer_steps_},
                 {"rng", capture_rng_state()},
@@ -295,28 +325,29 @@ std::filesystem::path RlTrainer::save(double elapsed_s) {
 RlResult RlTrainer::run() {
   const auto& train = config_.train;
   std::filesystem::create_directories(run_dir_);
-  MetricsLog log(run_dir_ / "metrics.jsonl");
+  MetricsLog log(run_dir_ / "metrics.jsonl", step_);  // a resumed run drops the lines past its checkpoint
   ProgressBar progress("rl", train.steps, ProgressBar::Unit::items);
-  const auto start = std::chrono::steady_clock::now();
+  const auto session_start = std::chrono::steady_clock::now();
+  auto elapsed = [&] { return elapsed_before_s_ + seconds_since(session_start); };
   RlResult result;
   policy_->train();
 
   auto log_eval = [&](int64_t done) {
     auto metrics = evaluate();
-    nlohmann::json line = {{"step", done}, {"split", "eval"}, {"elapsed_s", seconds_since(start)}};
+    nlohmann::json line = {{"step", done}, {"split", "eval"}, {"elapsed_s", elapsed()}};
     for (const auto& [name, value] : metrics) line[name] = value;
     log.append(line);
     fmt::print("step {} held-out pass@1 {:.4f}\n", done, metrics.at("pass@1"));
     return metrics;
   };
-  log_eval(0);
+  if (step_ == 0) log_eval(0);
 
   while (step_ < train.steps) {
     nlohmann::json line = rollout_step(step_);
     const int64_t done = ++step_;
     line["step"] = done;
     line["split"] = "train";
-    line["elapsed_s"] = seconds_since(start);
+    line["elapsed_s"] = elapsed();
     log.append(line);
     if (on_step) on_step(done, line);
     progress.update(done, fmt::format("reward {:.3f}  accuracy {:.3f}", line["reward_mean"].get<double>(),
@@ -327,7 +358,7 @@ RlResult RlTrainer::run() {
       if (last) result.final_eval = metrics;
     }
     if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last)
-      result.last_checkpoint = save(seconds_since(start));
+      result.last_checkpoint = save(elapsed());
   }
   progress.finish(step_, fmt::format("step {}/{}", step_, train.steps));
   result.steps_done = step_;

@@ -12,11 +12,13 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/checkpoint.h"
 #include "core/config.h"
 #include "core/optimizer.h"
 #include "core/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
+#include "rl/policy_eval.h"
 #include "rl/task.h"
 
 namespace inkstone {
@@ -28,6 +30,13 @@ struct RlResult {
   std::filesystem::path last_checkpoint;
 };
 
+// The problems rl.* describes: the training ones, or the held-out ones (rl.eval_path, rl.eval_seed).
+TaskOptions task_options(const RlConfig& rl, bool held_out);
+
+// How rl.* evaluates a policy: the first rl.eval_prompts held-out problems, rl.eval_samples samples each at
+// rl.eval_temperature, always with the same sampling seed so that evaluations differ by the policy only.
+PolicyEvalOptions policy_eval_options(const Config& config);
+
 // rl.rewards entries "name" or "name=weight" as reward functions of rl.task; InputError for a malformed entry.
 std::vector<WeightedReward> weighted_rewards(const RlConfig& rl);
 
@@ -37,6 +46,9 @@ class RlTrainer {
   // is the reference.
   RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Objective> objective,
             std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device);
+  // Continues a run from one of its checkpoints: policy, objective weights, optimizer, step. Prompts and
+  // rollout seeds are functions of (run.seed, step), so the continuation is the one the run would have taken.
+  void resume(const CheckpointData& checkpoint);
   RlResult run();
 
   // Called after every step with its metrics line; tests use it.
@@ -45,7 +57,7 @@ class RlTrainer {
  private:
   struct Update;
   nlohmann::json rollout_step(int64_t step);
-  Update update(const Batch& rollouts);
+  Update update(const Batch& rollouts, int64_t step);
   std::map<std::string, double> evaluate();
   std::filesystem::path save(double elapsed_s);
 
@@ -65,6 +77,7 @@ class RlTrainer {
   int64_t optimizer_steps_ = 0;
   int64_t skipped_updates_ = 0;
   int64_t bad_in_a_row_ = 0;
+  double elapsed_before_s_ = 0;
 };
 
 }  // namespace inkstone

@@ -1,8 +1,14 @@
 // `inkstone eval --checkpoint PATH | --run-dir DIR [--data DIR] [--split val] [--format text|json]`
+// `inkstone eval --run-dir DIR --task arithmetic [--difficulty 2] [--problems 64] [--samples 8] ...`: held-out
+// pass@k of a policy on a task, with the run's rl.* settings as defaults.
 #include <fmt/format.h>
+
+#include <map>
+#include <optional>
 
 #include "core/errors.h"
 #include "core/trainer.h"
+#include "rl/rl_trainer.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -16,7 +22,43 @@ struct EvalOptions {
   std::string format = "text";
   std::string device;
   int64_t batch_size = 0;
+  // Task evaluation; unset values keep the checkpoint's rl.* settings.
+  std::string task;
+  std::string task_path;
+  std::optional<int64_t> difficulty, problems, samples, max_new_tokens;
+  std::optional<double> temperature;
 };
+
+void print_metrics(const EvalOptions& o, const TrainedModel& trained, const std::string& what,
+                   const std::map<std::string, double>& metrics) {
+  if (o.format == "json") {
+    nlohmann::json out = {{"checkpoint", o.checkpoint}, {"step", trained.step}, {"split", what},
+                          {"objective", trained.objective->name()}};
+    for (const auto& [name, value] : metrics) out[name] = value;
+    fmt::print("{}\n", out.dump());
+  } else {
+    fmt::print("{} at step {}, {} ({}):\n", o.checkpoint, trained.step, what, trained.objective->name());
+    for (const auto& [name, value] : metrics) fmt::print("  {:<28} {:.6f}\n", name, value);
+  }
+}
+
+int eval_task(const EvalOptions& o) {
+  TrainedModel trained = load_trained_model(o.checkpoint, o.device);
+  Config config = trained.config;
+  RlConfig& rl = config.rl;
+  rl.task = o.task;
+  if (!o.task_path.empty()) rl.eval_path = o.task_path;
+  if (o.difficulty) rl.difficulty = *o.difficulty;
+  if (o.problems) rl.eval_prompts = *o.problems;
+  if (o.samples) rl.eval_samples = *o.samples;
+  if (o.max_new_tokens) rl.max_new_tokens = *o.max_new_tokens;
+  if (o.temperature) rl.eval_temperature = *o.temperature;
+  const auto problems = make_prompt_source(task_options(rl, /*held_out=*/true));
+  const auto metrics = evaluate_policy(trained.model, *trained.tokenizer, *problems, weighted_rewards(rl),
+                                       policy_eval_options(config));
+  print_metrics(o, trained, fmt::format("task {} held-out", rl.task), metrics);
+  return 0;
+}
 
 int eval(const EvalOptions& o) {
   TrainedModel trained = load_trained_model(o.checkpoint, o.device);
@@ -32,15 +74,7 @@ int eval(const EvalOptions& o) {
   WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device);
   auto metrics = trained.objective->evaluate(*trained.model, source);
 
-  if (o.format == "json") {
-    nlohmann::json out = {{"checkpoint", o.checkpoint}, {"step", trained.step}, {"split", o.split},
-                          {"objective", trained.objective->name()}};
-    for (const auto& [name, value] : metrics) out[name] = value;
-    fmt::print("{}\n", out.dump());
-  } else {
-    fmt::print("{} at step {}, split {} ({}):\n", o.checkpoint, trained.step, o.split, trained.objective->name());
-    for (const auto& [name, value] : metrics) fmt::print("  {:<14} {:.6f}\n", name, value);
-  }
+  print_metrics(o, trained, "split " + o.split, metrics);
   return 0;
 }
 
@@ -57,10 +91,17 @@ void add_eval_command(CLI::App& app, Action& action) {
   cmd->add_option("--format", o->format, "text | json")->check(CLI::IsMember({"text", "json"}));
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
   cmd->add_option("--batch-size", o->batch_size, "Windows per batch (default: the training micro-batch)");
+  auto* task = cmd->add_option("--task", o->task, "Held-out pass@k on a task (arithmetic, countdown, gsm8k, math)");
+  cmd->add_option("--task-path", o->task_path, "gsm8k, math: the held-out problems file")->needs(task);
+  cmd->add_option("--difficulty", o->difficulty, "Procedural tasks: difficulty")->needs(task)->check(CLI::Range(1, 100));
+  cmd->add_option("--problems", o->problems, "Held-out problems")->needs(task)->check(CLI::PositiveNumber);
+  cmd->add_option("--samples", o->samples, "Samples per problem (k)")->needs(task)->check(CLI::Range(1, 4096));
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Longest completion")->needs(task)->check(CLI::PositiveNumber);
+  cmd->add_option("--temperature", o->temperature, "Sampling temperature")->needs(task)->check(CLI::Range(1e-3, 100.0));
   cmd->callback([o, &action] {
     action = [o] {
       if (o->checkpoint.empty()) throw InputError("eval needs --checkpoint PATH or --run-dir DIR");
-      return eval(*o);
+      return o->task.empty() ? eval(*o) : eval_task(*o);
     };
   });
 }

@@ -23,8 +23,9 @@ struct TrainOptions {
 };
 
 // Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint.
-int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx, bool resume) {
-  if (resume) throw InputError("RL runs start from rl.init_checkpoint; --resume is not supported for them");
+// A resumed run still loads rl.init_checkpoint first: it is the reference model (rl.reference = initial).
+int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx,
+             const std::optional<CheckpointData>& checkpoint) {
   if (config.rl.init_checkpoint.empty())
     throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
                                  config.objective.name));
@@ -38,6 +39,10 @@ int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx
   init.tokenizer->save(run_dir / "tokenizer.json");
 
   RlTrainer trainer(config, init.model, std::move(ctx.objective), init.tokenizer, run_dir, init.device);
+  if (checkpoint) {
+    trainer.resume(*checkpoint);
+    fmt::print("resumed from step {}\n", checkpoint->step);
+  }
   RlResult result = trainer.run();
   fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
              result.last_checkpoint.string());
@@ -65,8 +70,13 @@ int train(const TrainOptions& o) {
 
   const LaunchEnv launch = launch_env_from_environment();
   RunContext ctx = prepare_run(config);
-  if (ctx.objective->needs().consumes == BatchKind::rollouts)
-    return train_rl(config, run_dir, std::move(ctx), o.resume);
+  if (ctx.objective->needs().consumes == BatchKind::rollouts) {
+    if (launch.distributed())
+      throw InputError(fmt::format("objective '{}' runs in one process: RL training is not data-parallel yet "
+                                   "(launched as {} ranks)",
+                                   config.objective.name, launch.world_size));
+    return train_rl(config, run_dir, std::move(ctx), checkpoint);
+  }
   // A data-parallel rank: its own GPU, its rows of each batch; rank 0 alone prints and writes the run folder.
   auto distributed = std::make_shared<Distributed>();
   if (launch.distributed()) {
