@@ -178,6 +178,21 @@ void apply_table(Config& config, const toml::table& root, const std::string& ori
   }
 }
 
+// A layer pattern (models/layer_pattern.h): letters from `allowed`, spaces ignored, tiled over n_layers.
+void check_layer_pattern(const char* key, const std::string& pattern, const std::string& allowed,
+                         int64_t n_layers) {
+  int64_t letters = 0;
+  for (char ch : pattern) {
+    if (ch == ' ') continue;
+    if (allowed.find(ch) == std::string::npos)
+      throw InputError(fmt::format("model.{} = \"{}\" has '{}'; allowed letters: {}", key, pattern, ch, allowed));
+    ++letters;
+  }
+  if (letters == 0 || n_layers % letters != 0)
+    throw InputError(fmt::format("model.{} = \"{}\" has {} letters, which must divide model.n_layers = {}", key,
+                                 pattern, letters, n_layers));
+}
+
 // Rules that involve several keys.
 void validate(const Config& c) {
   const auto& m = c.model;
@@ -186,6 +201,11 @@ void validate(const Config& c) {
   if (m.head_dim == 0 && m.d_model % m.n_heads != 0)
     throw InputError(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}; set model.head_dim",
                                  m.d_model, m.n_heads));
+  check_layer_pattern("mixer_pattern", m.mixer_pattern, "AC", m.n_layers);
+  check_layer_pattern("ffn_pattern", m.ffn_pattern, "DM", m.n_layers);
+  if (m.ffn_pattern.find('M') != std::string::npos && m.moe_top_k > m.moe_experts)
+    throw InputError(fmt::format("model.moe_top_k = {} exceeds model.moe_experts = {}", m.moe_top_k,
+                                 m.moe_experts));
   if (c.train.batch_size % c.train.grad_accum != 0)
     throw InputError(fmt::format("train.grad_accum = {} must divide train.batch_size = {}", c.train.grad_accum,
                                  c.train.batch_size));

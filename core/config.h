@@ -33,6 +33,23 @@ struct ModelConfig {
   double init_std;
   bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
   int64_t cond_dim;
+  // Block zoo (backbones.md §8-10): per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.
+  std::string mixer_pattern;     // A attention | C gated short conv
+  int64_t conv_kernel;           // short conv taps
+  bool qkv_conv;                 // depthwise residual conv on [q | k | v] before RoPE
+  int64_t qkv_conv_kernel;
+  std::string qkv_conv_position; // before_norm | after_norm (of the per-head QK-norm)
+  bool qkv_conv_zero_init;       // zero taps: exactly the base model at init
+  std::string ffn_pattern;       // D dense SwiGLU | M mixture of experts
+  int64_t moe_experts;
+  int64_t moe_top_k;
+  int64_t moe_expert_ffn_dim;    // 0: the dense ffn width
+  int64_t moe_shared_experts;
+  std::string moe_router;        // softmax | sigmoid
+  double moe_route_scale;
+  double moe_aux_loss_coef;      // Switch load-balancing loss
+  double moe_z_loss_coef;        // router z-loss
+  double moe_bias_update_rate;   // aux-loss-free balancing step u; 0: off
 };
 
 struct ObjectiveConfig {

@@ -68,6 +68,36 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").range(0, 1),
       INKSTONE_FIELD(model, time_conditioning, false, "adaLN-Zero conditioning on the noise level (diffusion)."),
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
+      INKSTONE_FIELD(model, mixer_pattern, "A",
+                     "Token mixer per layer, tiled over n_layers: A attention, C gated short conv (LFM2); "
+                     "spaces ignored, e.g. \"CCA\" with 18 layers gives 6 attention + 12 conv."),
+      INKSTONE_FIELD(model, conv_kernel, int64_t{3}, "Short conv taps (causal; centred under a bidirectional mask).")
+          .range(1, 64),
+      INKSTONE_FIELD(model, qkv_conv, false, "Depthwise residual conv over time on [q | k | v] before RoPE."),
+      INKSTONE_FIELD(model, qkv_conv_kernel, int64_t{3}, "QKV conv taps.").range(1, 64),
+      INKSTONE_FIELD(model, qkv_conv_position, "before_norm",
+                     "QKV conv before or after the per-head QK-norm (Canon-B normalises first).")
+          .one_of({"before_norm", "after_norm"}),
+      INKSTONE_FIELD(model, qkv_conv_zero_init, true, "Zero QKV conv taps: the model starts as the base model."),
+      INKSTONE_FIELD(model, ffn_pattern, "D",
+                     "Feed-forward per layer, tiled over n_layers: D dense SwiGLU, M mixture of experts."),
+      INKSTONE_FIELD(model, moe_experts, int64_t{8}, "Routed experts per MoE layer.").range(1, 4096),
+      INKSTONE_FIELD(model, moe_top_k, int64_t{2}, "Experts per token.").range(1, 4096),
+      INKSTONE_FIELD(model, moe_expert_ffn_dim, int64_t{0}, "SwiGLU width of one expert; 0: the dense width.")
+          .range(0, 1 << 20),
+      INKSTONE_FIELD(model, moe_shared_experts, int64_t{0}, "Always-on experts beside the routed ones.")
+          .range(0, 64),
+      INKSTONE_FIELD(model, moe_router, "softmax",
+                     "softmax: over all experts, top-k renormalised (Qwen3-MoE); sigmoid: DeepSeek-V3.")
+          .one_of({"softmax", "sigmoid"}),
+      INKSTONE_FIELD(model, moe_route_scale, 1.0, "Factor on the routing weights (DeepSeek-V3: 2.5).")
+          .range(0, 100),
+      INKSTONE_FIELD(model, moe_aux_loss_coef, 1e-2, "Switch balance loss alpha E sum_i f_i P_i; 0: off.")
+          .range(0, 10),
+      INKSTONE_FIELD(model, moe_z_loss_coef, 1e-3, "Router z-loss coefficient; 0: off.").range(0, 10),
+      INKSTONE_FIELD(model, moe_bias_update_rate, 0.0,
+                     "Aux-loss-free balancing: selection bias step per optimizer step (DeepSeek-V3: 1e-3); 0: off.")
+          .range(0, 1),
 
       INKSTONE_FIELD(objective, name, "ar", "Training objective.")
           .one_of({"ar", "uniform_diffusion", "masked_diffusion", "gflowrl", "grpo", "flowrl"}),

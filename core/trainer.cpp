@@ -20,6 +20,7 @@
 #include "core/progress.h"
 #include "core/rng_state.h"
 #include "core/torch_compat.h"
+#include "models/auxiliary.h"
 
 namespace inkstone {
 namespace {
@@ -92,11 +93,16 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
   acc.count = torch::zeros({}, torch::dtype(torch::kFloat).device(device));
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     const Batch& micro = micro_batches[m];
+    take_auxiliary(model);  // drop what a forward outside this step left
     if (autocast) compat::set_cuda_autocast(true);
     LossOutput out = objective.loss(model, micro);
     if (autocast) compat::set_cuda_autocast(false);
     if (across_ranks && m + 1 == micro_batches.size()) across_ranks->arm();
-    out.loss_sum.backward();
+    // The model's own regularisers (MoE balance, z-loss) are per-micro-batch means: weighted by the unit count,
+    // they reach the gradient as a count-weighted mean; the logged loss stays the objective's.
+    const AuxiliaryOutputs aux = take_auxiliary(model);
+    (aux.loss.defined() ? out.loss_sum + aux.loss.to(out.loss_sum.dtype()) * out.count : out.loss_sum).backward();
+    for (const auto& [name, value] : aux.metrics) out.metric_sums[name] = value * out.count;
     acc.loss_sum += out.loss_sum.detach().to(torch::kFloat);
     acc.count += out.count;
     merge_metrics(acc.metric_sums, out.metric_sums, [](auto a, auto b) { return a + b; });
@@ -279,6 +285,7 @@ TrainResult Trainer::run() {
     } else {
       bad_in_a_row = 0;
       optimizer_->step();
+      after_optimizer_step(*model_);
       after_optimizer_step(*model_);
       tokens_seen_ += tokens_per_step;
       window_tokens += tokens_per_step;

@@ -23,7 +23,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
     : layer_index_(layer_index),
       n_heads_(config.n_heads),
       n_kv_heads_(config.n_kv_heads),
-      head_dim_(resolved_head_dim(config)) {
+      head_dim_(resolved_head_dim(config)),
+      qkv_conv_after_norm_(config.qkv_conv_position == "after_norm") {
   TORCH_CHECK(n_heads_ % n_kv_heads_ == 0, "n_kv_heads must divide n_heads");
   q_proj = register_module("q_proj", linear_no_bias(config.d_model, n_heads_ * head_dim_));
   k_proj = register_module("k_proj", linear_no_bias(config.d_model, n_kv_heads_ * head_dim_));
@@ -31,15 +32,25 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
   o_proj = register_module("o_proj", linear_no_bias(n_heads_ * head_dim_, config.d_model));
   q_norm = register_module("q_norm", RMSNorm(head_dim_, config.norm_eps));
   k_norm = register_module("k_norm", RMSNorm(head_dim_, config.norm_eps));
+  if (config.qkv_conv) {
+    const std::array<int64_t, 3> widths = {n_heads_ * head_dim_, n_kv_heads_ * head_dim_, n_kv_heads_ * head_dim_};
+    qkv_conv = register_module("qkv_conv", QkvConv(widths, config.qkv_conv_kernel, layer_index));
+  }
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionContext& context) {
-  // [B, H, T, h_d] for SDPA; QK-norm normalises each head over its h_d coordinates.
-  auto q = q_norm(per_head(q_proj(u), n_heads_, head_dim_)).transpose(1, 2);
-  auto k = k_norm(per_head(k_proj(u), n_kv_heads_, head_dim_)).transpose(1, 2);
-  auto v = per_head(v_proj(u), n_kv_heads_, head_dim_).transpose(1, 2);
-  q = apply_rope(q, context.rope);
-  k = apply_rope(k, context.rope);
+  std::array<torch::Tensor, 3> qkv = {q_proj(u), k_proj(u), v_proj(u)};  // [B, T, H·h_d] each
+  const bool conv = !qkv_conv.is_empty();
+  if (conv && !qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
+  // QK-norm normalises each head over its h_d coordinates.
+  qkv[0] = q_norm(per_head(qkv[0], n_heads_, head_dim_)).flatten(2);
+  qkv[1] = k_norm(per_head(qkv[1], n_kv_heads_, head_dim_)).flatten(2);
+  if (conv && qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
+
+  // [B, H, T, h_d] for SDPA.
+  auto q = apply_rope(per_head(qkv[0], n_heads_, head_dim_).transpose(1, 2), context.rope);
+  auto k = apply_rope(per_head(qkv[1], n_kv_heads_, head_dim_).transpose(1, 2), context.rope);
+  auto v = per_head(qkv[2], n_kv_heads_, head_dim_).transpose(1, 2);
   if (context.cache) std::tie(k, v) = context.cache->append(layer_index_, k, v);
 
   // Repeating each KV head n_q/n_kv times in a row gives query head h the KV head ⌊h·n_kv/n_q⌋.

@@ -1,6 +1,7 @@
 // One pre-norm transformer block (Qwen3; backbones.md §1):
 //   h = x + Attn(RMSNorm₁(x)),  y = h + SwiGLU(RMSNorm₂(h)),
-// and, given a conditioning vector c, each branch modulated by adaLN-Zero (modulation.h).
+// and, given a conditioning vector c, each branch modulated by adaLN-Zero (modulation.h). The layer patterns
+// (layer_pattern.h) swap the mixer for a gated short conv (LFM2, §9) and the SwiGLU for a mixture of experts (§8).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
@@ -9,7 +10,9 @@
 #include "models/attention.h"
 #include "models/mlp.h"
 #include "models/modulation.h"
+#include "models/moe.h"
 #include "models/rms_norm.h"
+#include "models/short_conv.h"
 
 namespace inkstone {
 
@@ -26,10 +29,12 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m);
   torch::Tensor ffn_branch(const torch::Tensor& h, const Modulation& m);
 
-  RMSNorm attn_norm{nullptr};
-  Attention attn{nullptr};
+  RMSNorm attn_norm{nullptr};  // the mixer's norm, whichever the mixer
+  Attention attn{nullptr};     // mixer: exactly one of attn, conv
+  ShortConv conv{nullptr};
   RMSNorm mlp_norm{nullptr};
-  SwiGLU mlp{nullptr};
+  SwiGLU mlp{nullptr};         // feed-forward: exactly one of mlp, moe
+  MoE moe{nullptr};
   AdaLN adaln{nullptr};  // only with ModelConfig::time_conditioning
 };
 TORCH_MODULE(Block);

@@ -1,5 +1,6 @@
 #include "models/init.h"
 
+#include <cmath>
 #include <map>
 
 #include <fmt/format.h>
@@ -17,6 +18,13 @@ InitScheme normal_scheme(const ModelConfig& config) {
     switch (role) {
       case ParamRole::norm: param.fill_(1.0); break;
       case ParamRole::zero: param.zero_(); break;
+      // PyTorch's Conv1d default U(±1/√fan_in), which LFM2 and Canon layers keep: N(0, 0.02²) taps would make
+      // the short conv's product of three small factors vanish.
+      case ParamRole::conv: {
+        const double bound = 1.0 / std::sqrt(static_cast<double>(param.size(1)));
+        param.uniform_(-bound, bound);
+        break;
+      }
       default: param.normal_(0.0, std); break;
     }
   };
@@ -39,6 +47,7 @@ std::string to_string(ParamRole role) {
     case ParamRole::mlp: return "mlp";
     case ParamRole::head: return "head";
     case ParamRole::norm: return "norm";
+    case ParamRole::conv: return "conv";
     case ParamRole::conditioning: return "conditioning";
     case ParamRole::zero: return "zero";
   }

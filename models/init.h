@@ -17,6 +17,7 @@ enum class ParamRole {
   mlp,           // SwiGLU gate, up, down
   head,          // untied output head
   norm,          // RMSNorm gains
+  conv,          // depthwise convolution taps [C, k] (fan_in = k)
   conditioning,  // noise-level embedding MLP weights
   zero,          // zero by the architecture's definition: adaLN-Zero, a conditioned model's head, biases
 };

@@ -5,7 +5,11 @@
 namespace inkstone {
 
 KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity)
-    : batch_size_(batch_size), capacity_(capacity), keys_(num_layers), values_(num_layers) {}
+    : batch_size_(batch_size),
+      capacity_(capacity),
+      keys_(num_layers),
+      values_(num_layers),
+      conv_states_(num_layers) {}
 
 torch::Tensor KVCache::record_key_real(const torch::Tensor& key_padding, int64_t num_new) {
   TORCH_CHECK(length_ + num_new <= capacity_, "KV cache full: ", length_, " + ", num_new, " > ", capacity_);
@@ -35,6 +39,21 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
   keys.slice(2, length_, end).copy_(k);
   values.slice(2, length_, end).copy_(v);
   return {keys.slice(2, 0, end), values.slice(2, 0, end)};
+}
+
+torch::Tensor KVCache::conv_window(int64_t layer, const torch::Tensor& x, int64_t history) {
+  auto& state = conv_states_.at(layer);
+  if (!state.defined()) state = torch::zeros({x.size(0), history, x.size(2)}, x.options());
+  auto window = torch::cat({state, x}, 1);
+  state = window.slice(1, window.size(1) - history).detach().clone();
+  return window;
+}
+
+int64_t KVCache::state_numel(int64_t layer) const {
+  int64_t numel = 0;
+  for (const auto* tensors : {&keys_, &values_, &conv_states_})
+    if (tensors->at(layer).defined()) numel += tensors->at(layer).numel();
+  return numel;
 }
 
 void KVCache::advance(int64_t num_new) { length_ += num_new; }

@@ -1,5 +1,5 @@
-// Keys and values of every layer kept across forwards, for incremental decoding: prefill the prompt once, then
-// feed one new token per step.
+// Keys and values of every attention layer (and the recent inputs of every convolution) kept across forwards, for
+// incremental decoding: prefill the prompt once, then feed one new token per step.
 #pragma once
 #include <cstdint>
 #include <utility>
@@ -27,6 +27,14 @@ class KVCache {
   // Stores one layer's k, v [B, n_kv, num_new, h_d] after the filled slots; returns K, V of all slots so far.
   std::pair<torch::Tensor, torch::Tensor> append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
 
+  // Convolution layers keep their last `history` inputs instead of keys and values, so their state does not grow
+  // with the context. x: this call's inputs [B, num_new, C]; returns [B, history + num_new, C], the kept inputs
+  // (zeros before the first token) followed by x, and keeps the last `history` rows for the next call.
+  torch::Tensor conv_window(int64_t layer, const torch::Tensor& x, int64_t history);
+
+  // Elements one layer holds (keys, values and convolution state).
+  int64_t state_numel(int64_t layer) const;
+
   // Called once every layer has appended the new tokens.
   void advance(int64_t num_new);
 
@@ -36,6 +44,7 @@ class KVCache {
   int64_t length_ = 0;
   std::vector<torch::Tensor> keys_;
   std::vector<torch::Tensor> values_;
+  std::vector<torch::Tensor> conv_states_;  // [B, history, C] per convolution layer
   torch::Tensor key_real_;  // [B, T_max] bool, allocated at the first padded record
 };
 

@@ -39,6 +39,11 @@ ParamRole LanguageModelImpl::role_of(const std::string& name) const {
   if (has("q_proj") || has("k_proj")) return ParamRole::qk;
   if (has("v_proj") || has("o_proj")) return ParamRole::vo;
   if (has("gate_proj") || has("up_proj") || has("down_proj")) return ParamRole::mlp;
+  if (has("qkv_conv.")) return config_.qkv_conv_zero_init ? ParamRole::zero : ParamRole::conv;
+  if (has("conv.conv_weight")) return ParamRole::conv;
+  if (has("conv.in_proj") || has("conv.out_proj")) return ParamRole::vo;  // the short conv's gates and value
+  if (has("moe.router")) return ParamRole::mlp;
+  if (has("moe.selection_bias")) return ParamRole::zero;
   if (name == "embed.weight") return ParamRole::embedding;
   // adaLN-Zero's final layer starts at logits = 0 (DiT), which only an untied head can do.
   if (name == "head.weight") return config_.time_conditioning ? ParamRole::zero : ParamRole::head;
@@ -62,7 +67,8 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   const auto key_real = args.cache ? args.cache->record_key_real(args.key_padding, length) : args.key_padding;
   const AttentionContext context{
       rope_table(positions, resolved_head_dim(config_), config_.rope_theta),
-      make_attention_mask(args.mask, start, length, start + length, key_real, tokens.device()), args.cache};
+      make_attention_mask(args.mask, start, length, start + length, key_real, tokens.device()), args.cache,
+      args.mask, args.key_padding};
 
   torch::Tensor cond;
   if (args.noise_level.defined()) {

@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/module_weights.h"
 #include "core/platform.h"
+#include "models/moe.h"
 
 namespace inkstone::cli {
 
@@ -63,6 +64,9 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
   fmt::print("model {}: {} parameters ({} embedding, {} non-embedding), {} layers, d_model {}\n",
              config.model.arch, counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
              config.model.d_model);
+  if (const int64_t inactive = inactive_expert_parameters(*model); inactive > 0)
+    fmt::print("mixture of experts: {} active parameters per token of {} ({} in unselected experts)\n",
+               counts.total - inactive, counts.total, inactive);
   fmt::print("objective {}, device {}, precision {}, threads {}, blas {}\n", config.objective.name,
              device.str(), config.run.precision, at::get_num_threads(), blas_library());
 }

@@ -1,0 +1,29 @@
+#include "models/layer_pattern.h"
+
+#include <stdexcept>
+
+namespace inkstone {
+
+std::string expand_layer_pattern(const std::string& pattern, int64_t n_layers) {
+  std::string letters;
+  for (char ch : pattern)
+    if (ch != ' ') letters += ch;
+  if (letters.empty() || n_layers % static_cast<int64_t>(letters.size()) != 0)
+    throw std::logic_error("layer pattern \"" + pattern + "\" does not tile " + std::to_string(n_layers) +
+                           " layers");
+  std::string layers;
+  while (static_cast<int64_t>(layers.size()) < n_layers) layers += letters;
+  return layers;
+}
+
+MixerKind mixer_kind(const ModelConfig& config, int64_t layer) {
+  return expand_layer_pattern(config.mixer_pattern, config.n_layers).at(layer) == 'C' ? MixerKind::short_conv
+                                                                                       : MixerKind::attention;
+}
+
+FfnKind ffn_kind(const ModelConfig& config, int64_t layer) {
+  return expand_layer_pattern(config.ffn_pattern, config.n_layers).at(layer) == 'M' ? FfnKind::moe
+                                                                                    : FfnKind::dense;
+}
+
+}  // namespace inkstone

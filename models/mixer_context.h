@@ -1,0 +1,19 @@
+// What every token-mixing layer (attention, short conv) of one forward shares, built once by the language model.
+#pragma once
+#include <torch/types.h>
+
+#include "models/attention_mask.h"
+#include "models/kv_cache.h"
+#include "models/rope.h"
+
+namespace inkstone {
+
+struct AttentionContext {
+  RopeTable rope;
+  AttentionMask mask;
+  KVCache* cache = nullptr;           // null: no incremental decoding
+  MaskMode mode = MaskMode::causal;   // convolutions over time are causal, or centred when bidirectional
+  torch::Tensor token_real;           // [B, T] bool, this call's real tokens; undefined: all real
+};
+
+}  // namespace inkstone

@@ -1,0 +1,101 @@
+#include "models/moe.h"
+
+#include <utility>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "models/model_dims.h"
+
+namespace inkstone {
+
+MoEImpl::MoEImpl(const ModelConfig& config, int64_t layer_index)
+    : layer_index_(layer_index),
+      num_experts_(config.moe_experts),
+      top_k_(config.moe_top_k),
+      sigmoid_(config.moe_router == "sigmoid"),
+      route_scale_(config.moe_route_scale),
+      aux_loss_coef_(config.moe_aux_loss_coef),
+      z_loss_coef_(config.moe_z_loss_coef),
+      bias_update_rate_(config.moe_bias_update_rate) {
+  TORCH_CHECK(top_k_ <= num_experts_, "moe_top_k exceeds moe_experts");
+  const int64_t d = config.d_model;
+  const int64_t width = config.moe_expert_ffn_dim > 0 ? config.moe_expert_ffn_dim : resolved_ffn_dim(config);
+  router = register_module("router", torch::nn::Linear(torch::nn::LinearOptions(d, num_experts_).bias(false)));
+  selection_bias = register_parameter("selection_bias", torch::zeros({num_experts_}), /*requires_grad=*/false);
+  experts = register_module("experts", torch::nn::ModuleList());
+  for (int64_t e = 0; e < num_experts_; ++e) experts->push_back(SwiGLU(d, width));
+  expert_numel_ = 3 * d * width;
+  if (config.moe_shared_experts > 0) {
+    shared = register_module("shared", SwiGLU(d, config.moe_shared_experts * width));
+  }
+  load_since_update_ = torch::zeros({num_experts_}, torch::kFloat);
+}
+
+Routing MoEImpl::route(const torch::Tensor& x) const {
+  Routing r;
+  // Softmax, top-k and the balance statistics in at least fp32 (float64 stays float64).
+  r.logits = torch::nn::functional::linear(x, router->weight);
+  r.logits = r.logits.to(torch::promote_types(r.logits.scalar_type(), torch::kFloat));
+  const auto scores = sigmoid_ ? r.logits.sigmoid() : r.logits.softmax(-1);
+  r.probs = sigmoid_ ? scores / scores.sum(-1, /*keepdim=*/true) : scores;
+  r.experts = std::get<1>((scores.detach() + selection_bias.to(scores.dtype())).topk(top_k_, -1));
+  const auto picked = scores.gather(1, r.experts);
+  r.weights = picked / picked.sum(-1, /*keepdim=*/true) * route_scale_;
+  return r;
+}
+
+torch::Tensor MoEImpl::forward(const torch::Tensor& u) {
+  const auto x = u.reshape({-1, u.size(-1)});
+  const Routing routing = route(x);
+  auto y = torch::zeros_like(x);
+  for (int64_t e = 0; e < num_experts_; ++e) {
+    const auto hits = (routing.experts == e).nonzero();  // [n_e, 2]: token, slot
+    if (hits.size(0) == 0) continue;
+    const auto tokens = hits.select(1, 0);
+    const auto weight = routing.weights.index({tokens, hits.select(1, 1)}).unsqueeze(1).to(x.dtype());
+    y = y.index_add(0, tokens, experts[e]->as<SwiGLUImpl>()->forward(x.index_select(0, tokens)) * weight);
+  }
+  if (!shared.is_empty()) y = y + shared(x);
+  if (is_training() && torch::GradMode::is_enabled()) record_auxiliary(routing);
+  return y.view_as(u);
+}
+
+void MoEImpl::record_auxiliary(const Routing& routing) {
+  const double tokens = static_cast<double>(routing.logits.size(0));
+  // f_i: the fraction of the N·k assignments that went to expert i.
+  const auto load = torch::zeros({num_experts_}, routing.logits.options())
+                        .index_add_(0, routing.experts.flatten(),
+                                    torch::ones({routing.experts.numel()}, routing.logits.options()));
+  load_since_update_ = load_since_update_.to(load.device()) + load;
+  const auto fraction = load / (tokens * top_k_);
+  const auto balance = aux_loss_coef_ * num_experts_ * (fraction * routing.probs.mean(0)).sum();
+  const auto z = z_loss_coef_ * routing.logits.logsumexp(-1).pow(2).mean();
+  latest_.loss = balance + z;
+  const auto relative_load = fraction * num_experts_;  // 1 for every expert when balanced
+  latest_.metrics = {{"moe_balance_loss", balance.detach()},
+                     {"moe_z_loss", z.detach()},
+                     {fmt::format("moe{}_load_max", layer_index_), relative_load.max()},
+                     {fmt::format("moe{}_load_min", layer_index_), relative_load.min()}};
+}
+
+AuxiliaryOutputs MoEImpl::take_auxiliary() { return std::exchange(latest_, AuxiliaryOutputs{}); }
+
+void MoEImpl::after_optimizer_step() {
+  if (bias_update_rate_ > 0 && load_since_update_.sum().item<double>() > 0) {
+    torch::NoGradGuard no_grad;
+    const auto above_mean = (load_since_update_ - load_since_update_.mean()).sign();
+    selection_bias.sub_(bias_update_rate_ * above_mean.to(selection_bias.device(), selection_bias.scalar_type()));
+  }
+  load_since_update_.zero_();
+}
+
+int64_t inactive_expert_parameters(const torch::nn::Module& model) {
+  int64_t inactive = 0;
+  for (const auto& module : model.modules())
+    if (const auto* moe = dynamic_cast<const MoEImpl*>(module.get()))
+      inactive += (moe->num_experts() - moe->top_k()) * moe->expert_numel();
+  return inactive;
+}
+
+}  // namespace inkstone

@@ -1,0 +1,31 @@
+// Gated short convolution, LFM2's token mixer (Liquid AI; transformers models/lfm2; backbones.md §9):
+//   [B, C, x̃] = split₃(W_in u),   y_t = C_t ⊙ Σ_i w_i ⊙ (B ⊙ x̃)_{t−(k−1)+i},   out = W_out y
+// with linear gates, a depthwise kernel of k taps (depthwise_conv.h: causal, centred when bidirectional) and no
+// biases. Decoding keeps only the last k−1 values of B ⊙ x̃ per channel, so a token costs the same at any context.
+#pragma once
+#include <torch/nn/module.h>
+#include <torch/nn/modules/linear.h>
+#include <torch/nn/pimpl.h>
+
+#include "core/config.h"
+#include "models/mixer_context.h"
+
+namespace inkstone {
+
+class ShortConvImpl : public torch::nn::Module {
+ public:
+  // layer_index picks this layer's slot in a KV cache.
+  ShortConvImpl(const ModelConfig& config, int64_t layer_index);
+  // u: [B, T, d] (already normed) -> [B, T, d].
+  torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context);
+
+  torch::nn::Linear in_proj{nullptr};   // d -> 3d: B, C, x̃
+  torch::Tensor conv_weight;            // [d, k]
+  torch::nn::Linear out_proj{nullptr};  // d -> d
+
+ private:
+  int64_t layer_index_;
+};
+TORCH_MODULE(ShortConv);
+
+}  // namespace inkstone
