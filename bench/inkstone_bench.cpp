@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
@@ -46,6 +47,7 @@ struct BenchArgs {
   int64_t denoise_steps = 64;            // diffusion-sample
   int64_t new_tokens = 512;              // decode, rollout
   bool kv_cache = true;                  // decode
+  std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
   int64_t group = 8, prompts = 4;        // rollout
 };
 
@@ -300,10 +302,13 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
+  app.add_option("--profile", a.profile, "Write a Chrome trace of the libtorch ops run to this file");
   CLI11_PARSE(app, argc, argv);
 
   try {
     fs::create_directories(a.work);
+    std::optional<torch::autograd::profiler::RecordProfile> profile;
+    if (!a.profile.empty()) profile.emplace(a.profile);
     nlohmann::json result = a.mode == "train"              ? run_train(a)
                             : a.mode == "diffusion-sample" ? run_diffusion_sample(a)
                             : a.mode == "decode"           ? run_decode(a)
