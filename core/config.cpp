@@ -193,6 +193,30 @@ void check_layer_pattern(const char* key, const std::string& pattern, const std:
                                  pattern, letters, n_layers));
 }
 
+// Residual routing and variable width (models/residual_routing.h, models/width_profile.h).
+void check_residual_and_width(const ModelConfig& m) {
+  if (m.residual == "attnres" && m.residual_heads != 1)
+    throw InputError(fmt::format("model.residual = \"attnres\" has one head, not model.residual_heads = {}; use "
+                                 "\"mhar\"", m.residual_heads));
+  if (m.residual != "plain" && m.d_model % m.residual_heads != 0)
+    throw InputError(fmt::format("model.residual_heads = {} must divide model.d_model = {}", m.residual_heads,
+                                 m.d_model));
+  const bool blocked = m.residual == "block_attnres" || (m.residual == "delta" && m.residual_delta == "block");
+  if (blocked && m.residual_blocks > m.n_layers)
+    throw InputError(fmt::format("model.residual_blocks = {} exceeds model.n_layers = {}", m.residual_blocks,
+                                 m.n_layers));
+  if (m.width_profile == "uniform") return;
+  if (m.residual != "plain")
+    throw InputError(fmt::format("model.width_profile = \"{}\" needs model.residual = \"plain\" (routing mixes "
+                                 "sources of one width), not \"{}\"", m.width_profile, m.residual));
+  if (m.head_dim != 0)
+    throw InputError("model.width_profile = \"geometric\" derives each layer's head dim from its width: set "
+                     "model.head_dim = 0");
+  if (m.n_layers < 2 || m.width_bottleneck_layer == 1 || m.width_bottleneck_layer > m.n_layers)
+    throw InputError(fmt::format("model.width_bottleneck_layer = {} must lie in 2..model.n_layers = {}",
+                                 m.width_bottleneck_layer, m.n_layers));
+}
+
 // Rules that involve several keys.
 void validate(const Config& c) {
   const auto& m = c.model;
@@ -206,6 +230,7 @@ void validate(const Config& c) {
   if (m.ffn_pattern.find('M') != std::string::npos && m.moe_top_k > m.moe_experts)
     throw InputError(fmt::format("model.moe_top_k = {} exceeds model.moe_experts = {}", m.moe_top_k,
                                  m.moe_experts));
+  check_residual_and_width(m);
   if (c.train.batch_size % c.train.grad_accum != 0)
     throw InputError(fmt::format("train.grad_accum = {} must divide train.batch_size = {}", c.train.grad_accum,
                                  c.train.batch_size));

@@ -31,6 +31,21 @@ struct ModelConfig {
   bool tie_embeddings;
   std::string init;         // normal
   double init_std;
+  double init_gamma;            // init = gamma: std = fan_in^(-gamma) (backbones.md §7)
+  double init_gamma_embedding;  // per-group gamma; < 0: init_gamma
+  double init_gamma_attention;  // W_q, W_k, W_v, W_o
+  double init_gamma_mlp;
+  // Residual routing (models/residual_routing.h; backbones.md §3-5).
+  std::string residual;         // plain | attnres | block_attnres | mhar | delta
+  int64_t residual_heads;       // H of mhar, block_attnres and delta
+  int64_t residual_blocks;      // N_b of block_attnres, and of delta with residual_delta = block
+  std::string residual_delta;   // delta sources: sublayer | block
+  // Variable width (models/width_profile.h; backbones.md §6).
+  std::string width_profile;    // uniform | geometric
+  double width_bottleneck_ratio;
+  int64_t width_bottleneck_layer;  // k, 1-based; 0: 3/4 of the depth
+  int64_t width_quantum;
+  std::string width_expand;     // carry_forward | zero_pad
   bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
   int64_t cond_dim;
   // Block zoo (backbones.md §8-10): per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.

@@ -64,8 +64,39 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, rope_theta, 10000.0, "RoPE base (Qwen3 uses 1e6 at long context).").range(1, inf),
       INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").range(0, 1),
       INKSTONE_FIELD(model, tie_embeddings, true, "Share the token embedding with the output head."),
-      INKSTONE_FIELD(model, init, "normal", "Weight init scheme.").one_of({"normal"}),
+      INKSTONE_FIELD(model, init, "normal", "Weight init scheme: normal (fixed init_std) or gamma "
+                     "(std = fan_in^-gamma).").one_of({"normal", "gamma"}),
       INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").range(0, 1),
+      INKSTONE_FIELD(model, init_gamma, 1.0, "init = gamma: every matrix N(0, fan_in^(-2 gamma)); 0.5 is LeCun.")
+          .range(0, 4),
+      INKSTONE_FIELD(model, init_gamma_embedding, -1.0, "init = gamma: gamma of the token embedding; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, init_gamma_attention, -1.0, "init = gamma: gamma of W_q, W_k, W_v, W_o; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, init_gamma_mlp, -1.0, "init = gamma: gamma of the feed-forward; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, residual, "plain",
+                     "Residual routing: plain sum; attnres / mhar: depth softmax over all earlier sublayer outputs "
+                     "(1 / residual_heads heads); block_attnres: over block sums; delta: plain plus a zero-gated "
+                     "routed term (identity at init).")
+          .one_of({"plain", "attnres", "block_attnres", "mhar", "delta"}),
+      INKSTONE_FIELD(model, residual_heads, int64_t{1}, "Routing heads H (mhar, block_attnres, delta); divides d_model.")
+          .range(1, 4096),
+      INKSTONE_FIELD(model, residual_blocks, int64_t{4},
+                     "Blocks of layers N_b (block_attnres; delta with residual_delta = block).")
+          .range(1, 1024),
+      INKSTONE_FIELD(model, residual_delta, "sublayer", "delta sources: every sublayer output, or one per block.")
+          .one_of({"sublayer", "block"}),
+      INKSTONE_FIELD(model, width_profile, "uniform",
+                     "Layer widths: uniform d_model, or geometric x-shape with the same parameter count.")
+          .one_of({"uniform", "geometric"}),
+      INKSTONE_FIELD(model, width_bottleneck_ratio, 0.3, "geometric: narrowest width / d_model.").range(0.01, 1),
+      INKSTONE_FIELD(model, width_bottleneck_layer, int64_t{0}, "geometric: the narrowest layer (1-based); 0: 3/4 of the depth.")
+          .range(0, 1024),
+      INKSTONE_FIELD(model, width_quantum, int64_t{32}, "geometric: widths are multiples of this.").range(1, 4096),
+      INKSTONE_FIELD(model, width_expand, "carry_forward",
+                     "geometric: widening fills new coordinates from earlier hidden states, else zeros.")
+          .one_of({"carry_forward", "zero_pad"}),
       INKSTONE_FIELD(model, time_conditioning, false, "adaLN-Zero conditioning on the noise level (diffusion)."),
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
       INKSTONE_FIELD(model, mixer_pattern, "A",

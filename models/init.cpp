@@ -30,9 +30,36 @@ InitScheme normal_scheme(const ModelConfig& config) {
   };
 }
 
+// γ-initialisation (backbones.md §7; γ as in arXiv 2505.23013): every matrix N(0, σ²) with σ = fan_in^(−γ), so
+// γ = 0.5 is LeCun-normal and σ follows the width at a fixed γ. Each group may override γ.
+InitScheme gamma_scheme(const ModelConfig& config) {
+  const auto or_global = [&](double group_gamma) { return group_gamma < 0 ? config.init_gamma : group_gamma; };
+  const double embedding = or_global(config.init_gamma_embedding);
+  const double attention = or_global(config.init_gamma_attention);
+  const double mlp = or_global(config.init_gamma_mlp);
+  const double other = config.init_gamma;
+  return [=](const std::string&, torch::Tensor& param, ParamRole role) {
+    if (role == ParamRole::norm) {
+      param.fill_(1.0);
+      return;
+    }
+    if (role == ParamRole::zero) {
+      param.zero_();
+      return;
+    }
+    const double gamma = role == ParamRole::embedding              ? embedding
+                         : role == ParamRole::qk || role == ParamRole::vo ? attention
+                         : role == ParamRole::mlp                   ? mlp
+                                                                    : other;
+    const auto fan_in = static_cast<double>(param.dim() >= 2 ? param.size(1) : param.size(0));
+    param.normal_(0.0, std::pow(fan_in, -gamma));
+  };
+}
+
 const std::map<std::string, std::function<InitScheme(const ModelConfig&)>>& schemes() {
   static const std::map<std::string, std::function<InitScheme(const ModelConfig&)>> registry = {
       {"normal", normal_scheme},
+      {"gamma", gamma_scheme},
   };
   return registry;
 }

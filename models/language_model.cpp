@@ -7,16 +7,31 @@
 #include "models/block.h"
 #include "models/model_dims.h"
 #include "models/rope.h"
+#include "models/width_profile.h"
 
 namespace inkstone {
+namespace {
+
+// Layers of another width have another head dim, hence their own RoPE table.
+std::vector<AttentionContext> contexts_per_layer(const AttentionContext& shared, const ModelConfig& config,
+                                                 const std::vector<int64_t>& widths, const torch::Tensor& positions) {
+  std::vector<AttentionContext> contexts(widths.size(), shared);
+  for (size_t i = 0; i < widths.size(); ++i)
+    if (widths[i] != config.d_model)
+      contexts[i].rope = rope_table(positions, widths[i] / config.n_heads, config.rope_theta);
+  return contexts;
+}
+
+}  // namespace
 
 LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_size)
-    : config_(config), vocab_size_(vocab_size) {
+    : config_(config), vocab_size_(vocab_size), widths_(inkstone::layer_widths(config)) {
   embed = register_module("embed", torch::nn::Embedding(vocab_size, config.d_model));
   if (config.time_conditioning) time_embed = register_module("time_embed", TimeEmbedding(config.cond_dim));
   blocks = register_module("blocks", torch::nn::ModuleList());
-  for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(config, i));
-  final_norm = register_module("final_norm", RMSNorm(config.d_model, config.norm_eps));
+  for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(layer_config(config, widths_[i]), i));
+  if (config.residual != "plain") routing = register_module("routing", ResidualRouter(config));
+  final_norm = register_module("final_norm", RMSNorm(widths_.back(), config.norm_eps));
   if (config.time_conditioning) {
     final_adaln = register_module("final_adaln", AdaLN(config.cond_dim, config.d_model, 1, /*with_gate=*/false));
   }
@@ -27,6 +42,20 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   torch::NoGradGuard no_grad;
   const auto scheme = make_init_scheme(config);
   for (auto& item : named_parameters()) scheme(item.key(), item.value(), role_of(item.key()));
+  if (config.init == "normal") scale_init_to_layer_widths();
+}
+
+// A fixed σ keeps Var ∝ 1/fan_in only at d_model: layer i's matrices get σ·√(d_model / w_i) (backbones.md §6).
+// γ-init needs no correction, its σ = fan_in^(−γ) already follows the width.
+void LanguageModelImpl::scale_init_to_layer_widths() {
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    if (widths_[i] == config_.d_model) continue;
+    const double factor = std::sqrt(static_cast<double>(config_.d_model) / static_cast<double>(widths_[i]));
+    for (auto& item : blocks[i]->named_parameters()) {
+      const ParamRole role = role_of("blocks." + std::to_string(i) + "." + item.key());
+      if (role == ParamRole::qk || role == ParamRole::vo || role == ParamRole::mlp) item.value().mul_(factor);
+    }
+  }
 }
 
 // Roles follow the module names, so a new parameter must be given its role here before the model builds.
@@ -34,6 +63,8 @@ ParamRole LanguageModelImpl::role_of(const std::string& name) const {
   const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
   const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
   if (is_bias || has("adaln")) return ParamRole::zero;
+  // Routing queries, null sources and gates start at 0 (uniform depth mean; delta: the plain residual).
+  if (name.rfind("routing.", 0) == 0) return has("key_norm") ? ParamRole::norm : ParamRole::zero;
   if (has("norm")) return ParamRole::norm;
   if (has("time_embed.")) return ParamRole::conditioning;
   if (has("q_proj") || has("k_proj")) return ParamRole::qk;
@@ -69,6 +100,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
       rope_table(positions, resolved_head_dim(config_), config_.rope_theta),
       make_attention_mask(args.mask, start, length, start + length, key_real, tokens.device()), args.cache,
       args.mask, args.key_padding};
+  const auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
 
   torch::Tensor cond;
   if (args.noise_level.defined()) {
@@ -76,9 +108,24 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
     cond = time_embed(args.noise_level);
   }
 
-  auto x = embed(tokens);
-  for (const auto& block : *blocks) x = block->as<BlockImpl>()->forward(x, context, cond);
-  x = final_norm(x);
+  const auto embedding = embed(tokens);
+  WidthVaryingStream* varying = nullptr;
+  std::unique_ptr<ResidualStream> stream;
+  if (config_.width_profile == "uniform") {
+    stream = start_residual_stream(config_, routing.is_empty() ? nullptr : routing.get(), embedding);
+  } else {
+    auto owned = std::make_unique<WidthVaryingStream>(widths_, config_.width_expand == "carry_forward", embedding);
+    varying = owned.get();
+    stream = std::move(owned);
+  }
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    auto& block = *blocks[i]->as<BlockImpl>();
+    const auto m = block.modulations(cond);
+    stream->add(mixer_site(i), block.mixer_branch(stream->input(mixer_site(i)), layer_contexts[i], m[0]));
+    stream->add(ffn_site(i), block.ffn_branch(stream->input(ffn_site(i)), m[1]));
+  }
+  auto x = final_norm(stream->input(final_site(config_.n_layers)));
+  if (varying) x = varying->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   auto logits = head.is_empty() ? torch::nn::functional::linear(x, embed->weight) : head(x);
   if (args.cache) args.cache->advance(length);
@@ -94,7 +141,25 @@ ParamCounts LanguageModelImpl::param_counts() const {
   for (const auto& p : parameters()) counts.total += p.numel();
   counts.embedding = embed->weight.numel();
   counts.non_embedding = counts.total - counts.embedding;
+  if (!routing.is_empty())
+    for (const auto& p : routing->parameters()) counts.routing += p.numel();
   return counts;
+}
+
+double LanguageModelImpl::forward_flops_per_token(int64_t context) const {
+  double flops = 0;
+  for (const auto& item : named_parameters())
+    if (item.value().dim() == 2 && item.key() != "embed.weight") flops += 2.0 * item.value().numel();
+  if (head.is_empty()) flops += 2.0 * embed->weight.numel();  // the tied head
+  const double attention_width = static_cast<double>(config_.n_heads) * resolved_head_dim(config_);
+  for (const int64_t w : widths_)
+    flops += 4.0 * context * attention_width * w / config_.d_model;  // q·k and weights·v
+  // Site i of a routed model normalises, scores and sums up to i + 1 sources of width d (about 6 flops each).
+  if (!routing.is_empty()) {
+    const double sites = static_cast<double>(final_site(config_.n_layers)) + 1;
+    flops += 6.0 * config_.d_model * sites * (sites + 1) / 2;
+  }
+  return flops;
 }
 
 LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_vocab_size) {

@@ -1,7 +1,9 @@
 // The language model: token embedding, pre-norm blocks, final RMSNorm and a tied or untied head
-// (backbones.md §1), optionally conditioned on a noise level through adaLN-Zero (§2).
+// (backbones.md §1), optionally conditioned on a noise level through adaLN-Zero (§2). The residual between the
+// blocks is plain or routed (residual_routing.h), at one width or ×-shaped (width_profile.h).
 #pragma once
 #include <cstdint>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/nn/modules/container/modulelist.h>
@@ -14,6 +16,7 @@
 #include "models/init.h"
 #include "models/kv_cache.h"
 #include "models/modulation.h"
+#include "models/residual_routing.h"
 #include "models/rms_norm.h"
 #include "models/time_embedding.h"
 
@@ -42,6 +45,7 @@ struct ParamCounts {
   int64_t total = 0;
   int64_t embedding = 0;
   int64_t non_embedding = 0;
+  int64_t routing = 0;  // residual routing queries, key norms, null sources and gates (part of non_embedding)
 };
 
 class LanguageModelImpl : public torch::nn::Module {
@@ -55,6 +59,11 @@ class LanguageModelImpl : public torch::nn::Module {
   // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
   KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
   ParamCounts param_counts() const;
+  // Forward multiply-adds ×2 per token with `context` tokens visible: every weight matrix (the head included, the
+  // embedding lookup not), attention scores and values, and the routing sites; training costs about 3×.
+  double forward_flops_per_token(int64_t context) const;
+  // Residual width of each block (d_model everywhere unless the width profile varies).
+  const std::vector<int64_t>& layer_widths() const { return widths_; }
   // Every parameter with the role the init scheme sees.
   std::vector<std::pair<std::string, ParamRole>> param_roles() const;
 
@@ -64,15 +73,18 @@ class LanguageModelImpl : public torch::nn::Module {
   torch::nn::Embedding embed{nullptr};
   TimeEmbedding time_embed{nullptr};  // only with time conditioning
   torch::nn::ModuleList blocks{nullptr};
+  ResidualRouter routing{nullptr};    // only with a routed residual
   RMSNorm final_norm{nullptr};
   AdaLN final_adaln{nullptr};         // only with time conditioning
   torch::nn::Linear head{nullptr};    // only untied
 
  private:
   ParamRole role_of(const std::string& name) const;
+  void scale_init_to_layer_widths();
 
   ModelConfig config_;
   int64_t vocab_size_;
+  std::vector<int64_t> widths_;
 };
 TORCH_MODULE(LanguageModel);
 

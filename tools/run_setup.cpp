@@ -57,6 +57,20 @@ LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer) 
   return build_language_model(config.model, tokenizer.vocab_size());
 }
 
+// Residual routing, layer widths and the forward FLOPs per token at the training context.
+void print_model_shape(const ModelConfig& m, const LanguageModelImpl& model, int64_t context) {
+  const auto& widths = model.layer_widths();
+  const auto [narrowest, widest] = std::minmax_element(widths.begin(), widths.end());
+  const std::string width_text = *narrowest == *widest ? fmt::format("width {}", *widest)
+                                                       : fmt::format("widths {}", fmt::join(widths, " "));
+  const std::string routing_text =
+      m.residual == "plain" ? "plain residual"
+                            : fmt::format("residual {} ({} heads, {} routing parameters)", m.residual,
+                                          m.residual_heads, model.param_counts().routing);
+  fmt::print("{}, {}, init {}; forward {:.2f} MFLOP/token at context {} (training about 3x)\n", routing_text,
+             width_text, m.init, model.forward_flops_per_token(context) / 1e6, context);
+}
+
 void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,
                       torch::Device device) {
   const ParamCounts counts = model->param_counts();
@@ -64,6 +78,7 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
   fmt::print("model {}: {} parameters ({} embedding, {} non-embedding), {} layers, d_model {}\n",
              config.model.arch, counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
              config.model.d_model);
+  print_model_shape(config.model, *model, config.data.seq_len);
   if (const int64_t inactive = inactive_expert_parameters(*model); inactive > 0)
     fmt::print("mixture of experts: {} active parameters per token of {} ({} in unselected experts)\n",
                counts.total - inactive, counts.total, inactive);

@@ -1,0 +1,157 @@
+#include "models/residual_routing.h"
+
+#include <torch/torch.h>
+
+namespace inkstone {
+
+torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& query, const torch::Tensor& key_gain,
+                            double norm_eps, int64_t heads) {
+  const int64_t S = sources.size(0), B = sources.size(1), T = sources.size(2), d = sources.size(3);
+  const auto wide = sources.scalar_type() == torch::kDouble ? sources : sources.to(torch::kFloat);
+  const auto normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + norm_eps);
+  const auto keys =
+      (normed * key_gain.to(wide.scalar_type())).to(sources.scalar_type()).view({S, B, T, heads, d / heads});
+  const auto logits = (keys * query.view({heads, d / heads})).sum(-1);  // [S, B, T, H]
+  const auto weights = logits.softmax(0).unsqueeze(-1);                 // depth softmax per (b, t, h)
+  return (weights * sources.view({S, B, T, heads, d / heads})).sum(0).view({B, T, d});
+}
+
+RoutingSiteImpl::RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta) : norm_eps_(norm_eps) {
+  query = register_parameter("query", torch::zeros({d_model}));
+  key_gain = register_parameter("key_norm_gain", torch::ones({d_model}));
+  if (delta) {
+    null_source = register_parameter("null_source", torch::zeros({d_model}));
+    gate = register_parameter("gate", torch::zeros({1}));
+  }
+}
+
+torch::Tensor RoutingSiteImpl::route(const std::vector<torch::Tensor>& sources, int64_t heads) {
+  return route_sources(torch::stack(sources), query, key_gain, norm_eps_, heads);
+}
+
+ResidualRouterImpl::ResidualRouterImpl(const ModelConfig& config) {
+  sites = register_module("sites", torch::nn::ModuleList());
+  if (config.residual == "plain") return;
+  for (int64_t i = 0; i <= final_site(config.n_layers); ++i)
+    sites->push_back(RoutingSite(config.d_model, config.norm_eps, config.residual == "delta"));
+}
+
+int64_t routing_block_size(const ModelConfig& config) {
+  return (config.n_layers + config.residual_blocks - 1) / config.residual_blocks;
+}
+
+namespace {
+
+bool is_mixer_site(int64_t site) { return site % 2 == 0; }
+int64_t layer_of(int64_t site) { return site / 2; }
+
+class PlainStream : public ResidualStream {
+ public:
+  explicit PlainStream(torch::Tensor embedding) : x_(std::move(embedding)) {}
+  torch::Tensor input(int64_t) override { return x_; }
+  void add(int64_t, const torch::Tensor& output) override { x_ = x_ + output; }
+
+ private:
+  torch::Tensor x_;
+};
+
+// Full AttnRes / MHAR: the sources are the raw embedding and every sublayer output, appended, never summed.
+class FullRoutingStream : public ResidualStream {
+ public:
+  FullRoutingStream(ResidualRouterImpl& router, int64_t heads, torch::Tensor embedding)
+      : router_(router), heads_(heads), sources_{std::move(embedding)} {}
+  torch::Tensor input(int64_t site) override { return router_.site(site).route(sources_, heads_); }
+  void add(int64_t, const torch::Tensor& output) override { sources_.push_back(output); }
+
+ private:
+  ResidualRouterImpl& router_;
+  int64_t heads_;
+  std::vector<torch::Tensor> sources_;
+};
+
+// Block AttnRes (backbones.md §3): sources are the completed block sums and the current partial sum p, which
+// starts as the embedding. At the mixer site of every S-th layer, after routing, p is closed into a block.
+class BlockRoutingStream : public ResidualStream {
+ public:
+  BlockRoutingStream(ResidualRouterImpl& router, int64_t heads, int64_t block_size, torch::Tensor embedding)
+      : router_(router), heads_(heads), block_size_(block_size), partial_(std::move(embedding)) {}
+
+  torch::Tensor input(int64_t site) override {
+    auto sources = blocks_;
+    sources.push_back(partial_);
+    auto h = router_.site(site).route(sources, heads_);
+    if (is_mixer_site(site) && layer_of(site) % block_size_ == 0) {
+      blocks_.push_back(partial_);
+      partial_ = torch::Tensor();  // the new block's sum starts at the next output
+    }
+    return h;
+  }
+  void add(int64_t, const torch::Tensor& output) override {
+    partial_ = partial_.defined() ? partial_ + output : output;
+  }
+
+ private:
+  ResidualRouterImpl& router_;
+  int64_t heads_;
+  int64_t block_size_;
+  std::vector<torch::Tensor> blocks_;
+  torch::Tensor partial_;
+};
+
+// Delta AttnRes (backbones.md §5): the plain stream p plus α · route([n] ∪ Δ), Δ seeded with the embedding and
+// extended by every sublayer output, or by the clean block difference p(end of block) − p(start of block).
+class DeltaStream : public ResidualStream {
+ public:
+  DeltaStream(ResidualRouterImpl& router, int64_t heads, int64_t block_size, int64_t n_layers,
+              torch::Tensor embedding)
+      : router_(router), heads_(heads), block_size_(block_size), n_layers_(n_layers), p_(embedding),
+        block_start_(embedding), deltas_{embedding} {}
+
+  torch::Tensor input(int64_t site) override {
+    auto& s = router_.site(site);
+    std::vector<torch::Tensor> sources{s.null_source.expand_as(p_)};
+    sources.insert(sources.end(), deltas_.begin(), deltas_.end());
+    return p_ + s.gate * s.route(sources, heads_);
+  }
+  void add(int64_t site, const torch::Tensor& output) override {
+    p_ = p_ + output;
+    if (block_size_ == 0) {
+      deltas_.push_back(output);
+      return;
+    }
+    const int64_t layer = layer_of(site);
+    const bool block_ends = (layer + 1) % block_size_ == 0 || layer + 1 == n_layers_;
+    if (!is_mixer_site(site) && block_ends) {
+      deltas_.push_back(p_ - block_start_);
+      block_start_ = p_;
+    }
+  }
+
+ private:
+  ResidualRouterImpl& router_;
+  int64_t heads_;
+  int64_t block_size_;  // 0: one delta per sublayer
+  int64_t n_layers_;
+  torch::Tensor p_;
+  torch::Tensor block_start_;
+  std::vector<torch::Tensor> deltas_;
+};
+
+}  // namespace
+
+std::unique_ptr<ResidualStream> start_residual_stream(const ModelConfig& config, ResidualRouterImpl* router,
+                                                      const torch::Tensor& embedding) {
+  const auto& mode = config.residual;
+  if (mode == "plain") return std::make_unique<PlainStream>(embedding);
+  TORCH_CHECK(router != nullptr, "residual routing '", mode, "' needs the model's router");
+  if (mode == "attnres" || mode == "mhar")
+    return std::make_unique<FullRoutingStream>(*router, config.residual_heads, embedding);
+  if (mode == "block_attnres")
+    return std::make_unique<BlockRoutingStream>(*router, config.residual_heads, routing_block_size(config),
+                                                embedding);
+  TORCH_CHECK(mode == "delta", "unknown residual routing '", mode, "'");
+  const int64_t block_size = config.residual_delta == "block" ? routing_block_size(config) : 0;
+  return std::make_unique<DeltaStream>(*router, config.residual_heads, block_size, config.n_layers, embedding);
+}
+
+}  // namespace inkstone

@@ -1,0 +1,78 @@
+// Residual routing: how each sublayer's input is formed from the embedding and the earlier sublayer outputs
+// (backbones.md §3-5).
+//   plain          h = emb + Σ outputs so far (the ordinary residual stream)
+//   attnres, mhar  h = Σ_i softmax_i(q · RMSNorm(s_i)) s_i over every earlier output s_i (Kimi Team, Attention
+//                  Residuals, arXiv 2603.15031; Luo, Cai, Hu, Multi-Head Attention Residuals), H heads
+//   block_attnres  the same over the completed block sums and the current partial sum
+//   delta          h = p + α · routed over [null source] ∪ per-sublayer (or per-block) deltas, α = 0 at init, so
+//                  a converted model starts exactly as the plain one (Luo, Cai, Hu, Delta Attention Residuals)
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/nn/module.h>
+#include <torch/nn/modules/container/modulelist.h>
+#include <torch/nn/pimpl.h>
+
+#include "core/config.h"
+
+namespace inkstone {
+
+// The MHAR routing op (backbones.md §4): keys are the sources RMS-normalised over the FULL width d (so H = 1 is
+// AttnRes exactly), split into H contiguous slices; head h weighs source i by softmax_i ⟨q_h, k̂_i[h]⟩ and sums
+// the raw source slices. sources: [S, B, T, d]; query, key_gain: [d] -> [B, T, d]. Positions never mix. The key
+// statistic is computed in fp32, or in fp64 for fp64 sources.
+torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& query, const torch::Tensor& key_gain,
+                            double norm_eps, int64_t heads);
+
+// One routing site's parameters: a static pseudo-query (zero at init: the uniform mean of the sources) and the
+// key norm's gain; delta sites add a null source and a scalar gate, both zero at init.
+class RoutingSiteImpl : public torch::nn::Module {
+ public:
+  RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta);
+  // sources: each [B, T, d]; delta sites put the null source first.
+  torch::Tensor route(const std::vector<torch::Tensor>& sources, int64_t heads);
+
+  torch::Tensor query;        // [d]
+  torch::Tensor key_gain;     // [d], the key RMSNorm's gain g (named key_norm_gain), 1 at init
+  torch::Tensor null_source;  // [d], delta only
+  torch::Tensor gate;         // [1], delta only
+
+ private:
+  double norm_eps_;
+};
+TORCH_MODULE(RoutingSite);
+
+// The 2L + 1 sites of a routed model: site 2ℓ feeds layer ℓ's mixer, 2ℓ + 1 its feed-forward, 2L the final norm.
+// A plain model has none.
+class ResidualRouterImpl : public torch::nn::Module {
+ public:
+  explicit ResidualRouterImpl(const ModelConfig& config);
+  RoutingSiteImpl& site(int64_t index) { return *sites[index]->as<RoutingSiteImpl>(); }
+
+  torch::nn::ModuleList sites{nullptr};
+};
+TORCH_MODULE(ResidualRouter);
+
+inline int64_t mixer_site(int64_t layer) { return 2 * layer; }
+inline int64_t ffn_site(int64_t layer) { return 2 * layer + 1; }
+inline int64_t final_site(int64_t n_layers) { return 2 * n_layers; }
+
+// The residual state of one forward pass. The assembler alternates input(site) -> sublayer -> add(site, output)
+// over sites 0..2L−1 and reads input(2L) for the final norm.
+class ResidualStream {
+ public:
+  virtual ~ResidualStream() = default;
+  virtual torch::Tensor input(int64_t site) = 0;
+  virtual void add(int64_t site, const torch::Tensor& output) = 0;
+};
+
+// The stream config.residual names; router is unused (may be null) for plain.
+std::unique_ptr<ResidualStream> start_residual_stream(const ModelConfig& config, ResidualRouterImpl* router,
+                                                      const torch::Tensor& embedding);
+
+// Layers per block of a blocked routing mode: S = ⌈L / N_b⌉.
+int64_t routing_block_size(const ModelConfig& config);
+
+}  // namespace inkstone

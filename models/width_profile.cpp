@@ -1,0 +1,135 @@
+#include "models/width_profile.h"
+
+#include <cmath>
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include "core/errors.h"
+#include "models/model_dims.h"
+
+namespace inkstone {
+
+std::vector<int64_t> geometric_widths(double base_width, int64_t model_width, double bottleneck_ratio,
+                                      int64_t bottleneck_layer, int64_t n_layers, int64_t quantum) {
+  const double narrowest = bottleneck_ratio * static_cast<double>(model_width);
+  const int64_t k = bottleneck_layer;
+  const double down = std::pow(narrowest / base_width, 1.0 / static_cast<double>(k - 1));
+  const double up = k < n_layers ? std::pow(base_width / narrowest, 1.0 / static_cast<double>(n_layers - k)) : 1.0;
+  std::vector<int64_t> widths;
+  double w = base_width;
+  for (int64_t i = 1; i <= n_layers; ++i) {
+    if (i > 1) w *= i <= k ? down : up;
+    const auto quanta = static_cast<int64_t>(std::llround(w / static_cast<double>(quantum)));
+    widths.push_back(std::max<int64_t>(1, quanta) * quantum);
+  }
+  return widths;
+}
+
+int64_t resolved_bottleneck_layer(const ModelConfig& config) {
+  if (config.width_bottleneck_layer > 0) return config.width_bottleneck_layer;
+  return std::max<int64_t>(2, (3 * config.n_layers + 2) / 4);
+}
+
+ModelConfig layer_config(const ModelConfig& config, int64_t width) {
+  ModelConfig layer = config;
+  layer.d_model = width;
+  // proportional, without the uniform model's rounding to 64, which would make the parameter match coarse
+  layer.ffn_dim = (resolved_ffn_dim(config) * width + config.d_model / 2) / config.d_model;
+  return layer;
+}
+
+int64_t block_parameter_count(const ModelConfig& c) {
+  const int64_t d = c.d_model, hd = resolved_head_dim(c), ffn = resolved_ffn_dim(c);
+  const int64_t attention = 2 * d * c.n_heads * hd + 2 * d * c.n_kv_heads * hd + 2 * hd;  // W_q, W_o, W_k, W_v, QK-norms
+  const int64_t mlp = 3 * d * ffn;
+  const int64_t norms = 2 * d;
+  const int64_t adaln = c.time_conditioning ? 6 * d * (c.cond_dim + 1) : 0;  // shift, scale, gate per branch
+  return attention + mlp + norms + adaln;
+}
+
+int64_t width_dependent_parameter_count(const ModelConfig& config, const std::vector<int64_t>& widths) {
+  int64_t total = widths.back();  // final norm
+  for (const int64_t w : widths) total += block_parameter_count(layer_config(config, w));
+  return total;
+}
+
+namespace {
+
+void check_head_dims(const ModelConfig& config, const std::vector<int64_t>& widths) {
+  for (size_t i = 0; i < widths.size(); ++i)
+    if (widths[i] % config.n_heads != 0 || (widths[i] / config.n_heads) % 2 != 0)
+      throw InputError(fmt::format("layer {} width {} does not give model.n_heads = {} heads an even head dim; make "
+                                   "model.width_quantum a multiple of {}",
+                                   i, widths[i], config.n_heads, 2 * config.n_heads));
+}
+
+}  // namespace
+
+std::vector<int64_t> layer_widths(const ModelConfig& config) {
+  if (config.width_profile == "uniform") return std::vector<int64_t>(config.n_layers, config.d_model);
+  const std::vector<int64_t> uniform(config.n_layers, config.d_model);
+  const double target = static_cast<double>(width_dependent_parameter_count(config, uniform));
+  const int64_t k = resolved_bottleneck_layer(config);
+  // The count is a step function of b (widths are quantised): scan b finely and keep the closest profile.
+  std::vector<int64_t> best;
+  double best_error = INFINITY;
+  const double step = static_cast<double>(config.width_quantum) / 64.0;
+  for (double b = static_cast<double>(config.width_quantum); b <= 4.0 * config.d_model; b += step) {
+    auto widths = geometric_widths(b, config.d_model, config.width_bottleneck_ratio, k, config.n_layers,
+                                   config.width_quantum);
+    const double error = std::abs(width_dependent_parameter_count(config, widths) - target) / target;
+    if (error < best_error) {
+      best_error = error;
+      best = std::move(widths);
+    }
+  }
+  if (best_error > 0.005)
+    throw InputError(fmt::format("model.width_profile = \"geometric\": no base width comes within 0.5% of the uniform "
+                                 "model's block parameters (best {:.2f}%); lower model.width_quantum = {}",
+                                 100 * best_error, config.width_quantum));
+  check_head_dims(config, best);
+  return best;
+}
+
+torch::Tensor resize_residual(const torch::Tensor& x, int64_t width, const std::vector<torch::Tensor>& earlier,
+                              bool carry_forward) {
+  int64_t filled = x.size(-1);
+  if (width <= filled) return width == filled ? x : x.narrow(-1, 0, width);
+  std::vector<torch::Tensor> pieces{x};
+  if (carry_forward) {
+    for (const auto& state : earlier) {
+      if (filled == width) break;
+      const int64_t end = std::min(state.size(-1), width);
+      if (end <= filled) continue;
+      pieces.push_back(state.narrow(-1, filled, end - filled));
+      filled = end;
+    }
+  }
+  if (filled < width) {
+    auto shape = x.sizes().vec();
+    shape.back() = width - filled;
+    pieces.push_back(torch::zeros(shape, x.options()));
+  }
+  return torch::cat(pieces, -1);
+}
+
+WidthVaryingStream::WidthVaryingStream(std::vector<int64_t> widths, bool carry_forward, torch::Tensor embedding)
+    : widths_(std::move(widths)), carry_forward_(carry_forward), x_(std::move(embedding)) {}
+
+torch::Tensor WidthVaryingStream::input(int64_t site) {
+  if (site % 2 == 0 && site / 2 < static_cast<int64_t>(widths_.size())) {
+    auto resized = resize_residual(x_, widths_[site / 2], earlier_, carry_forward_);
+    earlier_.insert(earlier_.begin(), x_);
+    x_ = resized;
+  }
+  return x_;
+}
+
+void WidthVaryingStream::add(int64_t, const torch::Tensor& output) { x_ = x_ + output; }
+
+torch::Tensor WidthVaryingStream::to_model_width(const torch::Tensor& normed, int64_t model_width) const {
+  return resize_residual(normed, model_width, earlier_, carry_forward_);
+}
+
+}  // namespace inkstone
