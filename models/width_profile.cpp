@@ -69,7 +69,7 @@ void check_head_dims(const ModelConfig& config, const std::vector<int64_t>& widt
 std::vector<int64_t> layer_widths(const ModelConfig& config) {
   if (config.width_profile == "uniform") return std::vector<int64_t>(config.n_layers, config.d_model);
   const std::vector<int64_t> uniform(config.n_layers, config.d_model);
-  const double target = static_cast<double>(width_dependent_parameter_count(config, uniform));
+  const auto target = static_cast<double>(width_dependent_parameter_count(config, uniform));
   const int64_t k = resolved_bottleneck_layer(config);
   // The count is a step function of b (widths are quantised): scan b finely and keep the closest profile.
   std::vector<int64_t> best;
@@ -84,12 +84,14 @@ std::vector<int64_t> layer_widths(const ModelConfig& config) {
       best = std::move(widths);
     }
   }
-  if (best_error > 0.005)
-    throw InputError(fmt::format("model.width_profile = \"geometric\": no base width comes within 0.5% of the uniform "
-                                 "model's block parameters (best {:.2f}%); lower model.width_quantum = {}",
-                                 100 * best_error, config.width_quantum));
   check_head_dims(config, best);
   return best;
+}
+
+double width_parameter_mismatch(const ModelConfig& config, const std::vector<int64_t>& widths) {
+  const std::vector<int64_t> uniform(config.n_layers, config.d_model);
+  const auto target = static_cast<double>(width_dependent_parameter_count(config, uniform));
+  return (static_cast<double>(width_dependent_parameter_count(config, widths)) - target) / target;
 }
 
 torch::Tensor resize_residual(const torch::Tensor& x, int64_t width, const std::vector<torch::Tensor>& earlier,

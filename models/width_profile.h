@@ -31,9 +31,12 @@ int64_t block_parameter_count(const ModelConfig& layer_config);
 int64_t width_dependent_parameter_count(const ModelConfig& config, const std::vector<int64_t>& widths);
 
 // Every layer's width: d_model for a uniform profile; for a geometric one, the base width whose profile comes
-// closest to the uniform model's parameter count (an InputError when that is not within 0.5 %, or when a width
-// does not give every head an even head dim).
+// closest to the uniform model's parameter count (an InputError when a width does not give every head an even
+// head dim). Quantisation limits the match: within 0.5 % needs quanta small against the widths.
 std::vector<int64_t> layer_widths(const ModelConfig& config);
+
+// (parameters of these widths − the uniform model's) / the uniform model's, over the width-dependent parameters.
+double width_parameter_mismatch(const ModelConfig& config, const std::vector<int64_t>& widths);
 
 // Resizes a residual x [.., w_x] to `width` (backbones.md §6): a shrink keeps the first coordinates; a widening
 // keeps x and, with carry_forward, fills each missing coordinate from the newest of `earlier` (newest first) that

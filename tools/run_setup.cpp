@@ -7,6 +7,7 @@
 #include "core/errors.h"
 #include "core/module_weights.h"
 #include "core/platform.h"
+#include "models/width_profile.h"
 #include "models/moe.h"
 
 namespace inkstone::cli {
@@ -61,8 +62,14 @@ LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer) 
 void print_model_shape(const ModelConfig& m, const LanguageModelImpl& model, int64_t context) {
   const auto& widths = model.layer_widths();
   const auto [narrowest, widest] = std::minmax_element(widths.begin(), widths.end());
-  const std::string width_text = *narrowest == *widest ? fmt::format("width {}", *widest)
-                                                       : fmt::format("widths {}", fmt::join(widths, " "));
+  const double mismatch = width_parameter_mismatch(m, widths);
+  const std::string width_text =
+      *narrowest == *widest
+          ? fmt::format("width {}", *widest)
+          : fmt::format("widths {} ({:+.2f}% parameters against uniform)", fmt::join(widths, " "), 100 * mismatch);
+  if (std::abs(mismatch) > 0.005)
+    fmt::print(stderr, "warning: the x-shaped widths miss the uniform parameter count by {:.2f}%; lower "
+               "model.width_quantum for a closer match\n", 100 * mismatch);
   const std::string routing_text =
       m.residual == "plain" ? "plain residual"
                             : fmt::format("residual {} ({} heads, {} routing parameters)", m.residual,

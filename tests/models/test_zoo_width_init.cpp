@@ -97,6 +97,7 @@ TEST(ZooWidth, SolvedWidthsMatchTheUniformParameterCount) {
     const double xcount = static_cast<double>(build_language_model(c, 11)->param_counts().total);
     const double ucount = static_cast<double>(build_language_model(uniform, 11)->param_counts().total);
     EXPECT_LT(std::abs(xcount / ucount - 1), 0.005) << "ratio " << ratio;
+    EXPECT_LT(std::abs(width_parameter_mismatch(c, widths)), 0.005) << "ratio " << ratio;
     const int64_t narrowest = *std::min_element(widths.begin(), widths.end());
     EXPECT_LE(std::abs(static_cast<double>(narrowest) - ratio * 128), c.width_quantum / 2.0) << "ratio " << ratio;
     EXPECT_EQ(narrowest, widths[5]) << "ratio " << ratio;  // at layer k = 6
@@ -178,9 +179,9 @@ TEST(ZooWidth, ConfigRejectsWidthProfilesThatCannotWork) {
   EXPECT_NE(error_of("[model]\nn_layers = 4\nwidth_profile = \"geometric\"\nwidth_bottleneck_layer = 5\n")
                 .find("width_bottleneck_layer = 5"),
             std::string::npos);
-  auto c = xwidth_config(0.3);
-  c.width_quantum = 32;  // steps of a quarter of d_model are too coarse to match the parameter count
-  EXPECT_NE(testing::input_error_of([&] { layer_widths(c); }).find("model.width_quantum"), std::string::npos);
+  auto c = xwidth_config(0.5);
+  c.width_quantum = 6;  // 3 coordinates per head: odd head dims
+  EXPECT_NE(testing::input_error_of([&] { layer_widths(c); }).find("even head dim"), std::string::npos);
 }
 
 // ---- γ-initialisation ----
