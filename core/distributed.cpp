@@ -21,6 +21,7 @@
 #endif
 
 #include "core/errors.h"
+#include "core/rng_state.h"
 #include "core/torch_compat.h"
 
 namespace inkstone {
@@ -258,6 +259,32 @@ std::vector<std::string> Distributed::gather_to_main(const std::string& key, con
     }
   });
   return texts;
+}
+
+nlohmann::json rank_checkpoint_state(Distributed& distributed, int64_t step) {
+  nlohmann::json state = {{"world_size", distributed.world_size()}};
+  const auto texts = distributed.gather_to_main(fmt::format("rng/{}", step), capture_rng_state().dump());
+  if (distributed.active() && distributed.is_main()) {
+    state["rng_ranks"] = nlohmann::json::array();
+    for (const auto& text : texts) state["rng_ranks"].push_back(nlohmann::json::parse(text));
+  }
+  return state;
+}
+
+void restore_rank_rng(const nlohmann::json& state, const Distributed& distributed, int64_t step) {
+  const auto saved_ranks = state.value("world_size", int64_t{1});
+  if (saved_ranks != distributed.world_size())
+    throw InputError(fmt::format("checkpoint step {} was written by {} rank(s) but this run has {}: resume with "
+                                 "the same number of processes (each rank's random stream is restored)",
+                                 step, saved_ranks, distributed.world_size()));
+  if (!distributed.active()) {
+    restore_rng_state(state.at("rng"), "state.json");
+    return;
+  }
+  const auto& streams = state.at("rng_ranks");
+  if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
+    throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", step, saved_ranks));
+  restore_rng_state(streams.at(static_cast<size_t>(distributed.rank())), "state.json");
 }
 
 struct GradientSynchroniser::Bucket {

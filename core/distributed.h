@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
 #include <torch/types.h>
 
 #include "core/config.h"
@@ -82,6 +83,14 @@ class Distributed {
   std::chrono::milliseconds timeout_{0};
   std::unique_ptr<Group> group_;
 };
+
+// What a checkpoint of a data-parallel run adds to its state: "world_size" and, with several ranks, "rng_ranks"
+// (every rank's random generators, gathered on rank 0 through the store; rank 0's entry equals "rng"). Every
+// rank calls it at the same step; only rank 0's result is complete.
+nlohmann::json rank_checkpoint_state(Distributed& distributed, int64_t step);
+// Restores this rank's random generators from a checkpoint state: its "rng_ranks" entry, or "rng" for a single
+// process. A checkpoint written by another number of ranks is an InputError.
+void restore_rank_rng(const nlohmann::json& state, const Distributed& distributed, int64_t step);
 
 // Sums the gradients of `parameters` across ranks while backward runs, the way DistributedDataParallel does:
 // parameters are packed into buckets of about `bucket_bytes` (in reverse order, roughly the order backward

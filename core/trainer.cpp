@@ -159,20 +159,7 @@ Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> 
 void Trainer::resume(const CheckpointData& checkpoint) {
   load_module_weights(*model_, checkpoint.model, fmt::format("checkpoint step {}", checkpoint.step));
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
-  const auto saved_ranks = checkpoint.state.value("world_size", int64_t{1});
-  if (saved_ranks != distributed_->world_size())
-    throw InputError(fmt::format("checkpoint step {} was written by {} rank(s) but this run has {}: resume with "
-                                 "the same number of processes (each rank's random stream is restored)",
-                                 checkpoint.step, saved_ranks, distributed_->world_size()));
-  if (distributed_->active()) {
-    const auto& streams = checkpoint.state.at("rng_ranks");
-    if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
-      throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", checkpoint.step,
-                                   saved_ranks));
-    restore_rng_state(streams.at(static_cast<size_t>(distributed_->rank())), "state.json");
-  } else {
-    restore_rng_state(checkpoint.state.at("rng"), "state.json");
-  }
+  restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;
   tokens_seen_ = checkpoint.state.at("tokens_seen").get<int64_t>();
   elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
@@ -197,7 +184,7 @@ std::map<std::string, double> Trainer::evaluate() {
 }
 
 std::filesystem::path Trainer::save(double elapsed_s) {
-  const auto rng_of_ranks = distributed_->gather_to_main(fmt::format("rng/{}", step_), capture_rng_state().dump());
+  const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
   if (!distributed_->is_main()) return {};
   CheckpointData data;
   data.step = step_;
@@ -208,12 +195,8 @@ std::filesystem::path Trainer::save(double elapsed_s) {
                 {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
                 {"objective", objective_->name()},
-                {"data_position", {{"step", step_}}},
-                {"world_size", distributed_->world_size()}};
-  if (distributed_->active()) {
-    data.state["rng_ranks"] = nlohmann::json::array();
-    for (const auto& text : rng_of_ranks) data.state["rng_ranks"].push_back(nlohmann::json::parse(text));
-  }
+                {"data_position", {{"step", step_}}}};
+  data.state.update(rank_state);
   data.config_toml = config_to_toml(config_);
   data.tokenizer = tokenizer_->to_json();
   return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
@@ -285,7 +268,6 @@ TrainResult Trainer::run() {
     } else {
       bad_in_a_row = 0;
       optimizer_->step();
-      after_optimizer_step(*model_);
       after_optimizer_step(*model_);
       tokens_seen_ += tokens_per_step;
       window_tokens += tokens_per_step;

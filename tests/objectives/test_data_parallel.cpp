@@ -31,7 +31,8 @@ namespace {
 constexpr int64_t kSteps = 20;
 constexpr int kWorkerDistributedError = 7;  // a worker's exit code when a collective failed
 
-// A global batch of 8 rows of 16 tokens; the ranks split it and accumulate over two micro-batches each.
+// A global batch of 8 rows of 16 tokens. Buckets of 10 KB cut the tiny model's gradients into several
+// all-reduces, started from the hooks as each bucket fills.
 std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad_accum, double timeout_s) {
   return fmt::format(
       "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\n"
@@ -40,7 +41,7 @@ std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad
       "[schedule]\nwarmup_steps = 2\n"
       "[train]\nsteps = {}\nbatch_size = 8\ngrad_accum = {}\nlog_interval = 1\neval_interval = 0\n"
       "eval_batches = 1\ncheckpoint_interval = 0\nkeep_checkpoints = 1\n"
-      "[distributed]\ntimeout_s = {}\n",
+      "[distributed]\ntimeout_s = {}\nbucket_mb = 0.01\n",
       data_dir.string(), kSteps, grad_accum, timeout_s);
 }
 
