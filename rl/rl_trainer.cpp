@@ -17,6 +17,7 @@
 #include "core/progress.h"
 #include "core/rng_state.h"
 #include "core/trainer.h"
+#include "models/auxiliary.h"
 #include "objectives/policy_log_probs.h"
 #include "rl/policy_eval.h"
 #include "sampler/rollout.h"
@@ -265,6 +266,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
       // weight decay and stale moments do not move the policy.
       if (units == 0) continue;
       optimizer_->step();
+      after_optimizer_step(*policy_);  // e.g. MoE's aux-loss-free router bias
       losses.push_back(loss);
       norms.push_back(norm);
       count += units;
