@@ -14,12 +14,15 @@ std::vector<int64_t> geometric_widths(double base_width, int64_t model_width, do
                                       int64_t bottleneck_layer, int64_t n_layers, int64_t quantum) {
   const double narrowest = bottleneck_ratio * static_cast<double>(model_width);
   const int64_t k = bottleneck_layer;
-  const double down = std::pow(narrowest / base_width, 1.0 / static_cast<double>(k - 1));
-  const double up = k < n_layers ? std::pow(base_width / narrowest, 1.0 / static_cast<double>(n_layers - k)) : 1.0;
+  // Each width from its own exponent (not a running product), so that the last layer is exactly the first one's
+  // width when the profile climbs back (k < n_layers) and rounding cannot quantise the two ends differently.
   std::vector<int64_t> widths;
-  double w = base_width;
   for (int64_t i = 1; i <= n_layers; ++i) {
-    if (i > 1) w *= i <= k ? down : up;
+    double w = base_width;
+    if (i > 1 && i <= k)
+      w = base_width * std::pow(narrowest / base_width, static_cast<double>(i - 1) / static_cast<double>(k - 1));
+    else if (i > k && i < n_layers)
+      w = narrowest * std::pow(base_width / narrowest, static_cast<double>(i - k) / static_cast<double>(n_layers - k));
     const auto quanta = static_cast<int64_t>(std::llround(w / static_cast<double>(quantum)));
     widths.push_back(std::max<int64_t>(1, quanta) * quantum);
   }
