@@ -10,6 +10,7 @@
 #include "models/language_model.h"
 #include "models/residual_routing.h"
 #include "tests/fixtures.h"
+#include "tests/models/decode_fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -331,12 +332,8 @@ TEST(ZooRouting, KVCacheDecodeEqualsFullForwardForEveryMode) {
     model->eval();
     torch::NoGradGuard no_grad;
     const auto full = model->forward(tokens).logits;
-    auto cache = model->make_kv_cache(2, 8);
-    ForwardArgs args;
-    args.cache = &cache;
-    std::vector<torch::Tensor> pieces{model->forward(tokens.narrow(1, 0, 5), args).logits};
-    for (int64_t t = 5; t < 8; ++t) pieces.push_back(model->forward(tokens.narrow(1, t, 1), args).logits);
-    EXPECT_LT(max_abs_diff(torch::cat(pieces, 1), full), 1e-5) << mode;
+    const auto decoded = testing::decode_in_pieces(model, tokens, 5);
+    EXPECT_LT(max_abs_diff(decoded, full), 1e-5) << mode;
   }
 }
 
