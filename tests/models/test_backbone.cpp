@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "tests/fixtures.h"
+#include "tests/models/decode_fixtures.h"
 #include "models/attention.h"
 #include "models/block.h"
 #include "models/language_model.h"
@@ -227,44 +228,7 @@ TEST(Backbone, KVCacheWithLeftPaddedPromptsEqualsEachRowAlone) {
   torch::manual_seed(6);
   auto model = build_language_model(tiny_config(), 37);
   torch::NoGradGuard no_grad;
-  const std::vector<int64_t> lengths = {3, 7, 5};
-  const int64_t width = 7, steps = 4, rows = 3;
-  const auto sequences = torch::randint(0, 37, {rows, width + steps}, torch::kLong);
-  auto prompt = torch::zeros({rows, width}, torch::kLong);
-  auto real = torch::zeros({rows, width}, torch::kBool);
-  auto positions = torch::zeros({rows, width}, torch::kLong);
-  for (int64_t r = 0; r < rows; ++r) {
-    const int64_t pad = width - lengths[r];
-    prompt[r].narrow(0, pad, lengths[r]).copy_(sequences[r].narrow(0, 0, lengths[r]));
-    real[r].narrow(0, pad, lengths[r]).fill_(true);
-    positions[r].narrow(0, pad, lengths[r]).copy_(torch::arange(lengths[r]));
-  }
-  auto cache = model->make_kv_cache(rows, width + steps);
-  ForwardArgs args;
-  args.cache = &cache;
-  args.positions = positions;
-  args.key_padding = real;
-  const auto prefill = model(prompt, args).logits;
-  std::vector<torch::Tensor> decoded;
-  args.key_padding = torch::Tensor();
-  for (int64_t s = 0; s < steps; ++s) {
-    auto next = torch::empty({rows, 1}, torch::kLong);
-    auto next_positions = torch::empty({rows, 1}, torch::kLong);
-    for (int64_t r = 0; r < rows; ++r) {
-      next[r][0] = sequences[r][lengths[r] + s];
-      next_positions[r][0] = lengths[r] + s;
-    }
-    args.positions = next_positions;
-    decoded.push_back(model(next, args).logits);
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto alone = model(sequences[r].narrow(0, 0, lengths[r] + steps).unsqueeze(0)).logits[0];
-    const int64_t pad = width - lengths[r];
-    EXPECT_LT(max_abs_diff(prefill[r].narrow(0, pad, lengths[r]), alone.narrow(0, 0, lengths[r])), 1e-5);
-    for (int64_t s = 0; s < steps; ++s) {
-      EXPECT_LT(max_abs_diff(decoded[s][r][0], alone[lengths[r] + s]), 1e-5) << "row " << r << " step " << s;
-    }
-  }
+  testing::expect_left_padded_decode_equals_each_row_alone(model, {3, 7, 5}, /*steps=*/4, /*vocab=*/37);
 }
 
 // ---- time conditioning (adaLN-Zero) ----
