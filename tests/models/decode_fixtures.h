@@ -9,15 +9,27 @@
 
 namespace inkstone::testing {
 
-// Logits of `tokens` [B, T] through a KV cache: a prefill of the first `prefill` tokens, then one token a step.
-inline torch::Tensor decode_in_pieces(LanguageModel& model, const torch::Tensor& tokens, int64_t prefill) {
-  auto cache = model->make_kv_cache(tokens.size(0), tokens.size(1));
+// Logits of `tokens` [B, T] fed through `cache` in chunks of the given sizes (a prefill, then e.g. one token a
+// step), concatenated along time.
+inline torch::Tensor decode_in_chunks(LanguageModel& model, const torch::Tensor& tokens,
+                                      const std::vector<int64_t>& chunks, KVCache& cache) {
   ForwardArgs args;
   args.cache = &cache;
-  std::vector<torch::Tensor> pieces{model->forward(tokens.narrow(1, 0, prefill), args).logits};
-  for (int64_t t = prefill; t < tokens.size(1); ++t)
-    pieces.push_back(model->forward(tokens.narrow(1, t, 1), args).logits);
+  std::vector<torch::Tensor> pieces;
+  int64_t done = 0;
+  for (const int64_t size : chunks) {
+    pieces.push_back(model->forward(tokens.narrow(1, done, size), args).logits);
+    done += size;
+  }
   return torch::cat(pieces, 1);
+}
+
+// A prefill of the first `prefill` tokens, then one token a step, through a fresh cache.
+inline torch::Tensor decode_in_pieces(LanguageModel& model, const torch::Tensor& tokens, int64_t prefill) {
+  std::vector<int64_t> chunks{prefill};
+  chunks.resize(static_cast<size_t>(tokens.size(1) - prefill + 1), 1);
+  auto cache = model->make_kv_cache(tokens.size(0), tokens.size(1));
+  return decode_in_chunks(model, tokens, chunks, cache);
 }
 
 // Prompts of `lengths` tokens (drawn from [0, vocab)) batched left-padded, with key padding and per-row positions
