@@ -217,6 +217,21 @@ void check_residual_and_width(const ModelConfig& m) {
                                  m.width_bottleneck_layer, m.n_layers));
 }
 
+// Hidden decoding (models/hidden_streams.h).
+void check_hidden_streams(const ModelConfig& m) {
+  if (m.hidden_streams == 1) return;
+  check_layer_pattern("hidden_attention", m.hidden_attention, "LX", m.n_layers);
+  if (m.qkv_conv)
+    throw InputError(fmt::format("model.qkv_conv with model.hidden_streams = {} is not supported: the conv would mix "
+                                 "the streams of stream-local layers", m.hidden_streams));
+  // backbones.md §11 test 5: without a layer across streams the last copy cannot read the others.
+  const bool crosses = m.hidden_local_sees_token || m.mixer_pattern.find('C') != std::string::npos ||
+                       m.hidden_attention.find('X') != std::string::npos;
+  if (!crosses)
+    fmt::print(stderr, "warning: model.hidden_attention = \"{}\" has no cross-stream layer (X) and no short conv: "
+               "the last of the {} streams ignores the others\n", m.hidden_attention, m.hidden_streams);
+}
+
 // Rules that involve several keys.
 void validate(const Config& c) {
   const auto& m = c.model;
@@ -231,6 +246,7 @@ void validate(const Config& c) {
     throw InputError(fmt::format("model.moe_top_k = {} exceeds model.moe_experts = {}", m.moe_top_k,
                                  m.moe_experts));
   check_residual_and_width(m);
+  check_hidden_streams(m);
   if (c.train.batch_size % c.train.grad_accum != 0)
     throw InputError(fmt::format("train.grad_accum = {} must divide train.batch_size = {}", c.train.grad_accum,
                                  c.train.batch_size));

@@ -65,6 +65,11 @@ struct ModelConfig {
   double moe_aux_loss_coef;      // Switch load-balancing loss
   double moe_z_loss_coef;        // router z-loss
   double moe_bias_update_rate;   // aux-loss-free balancing step u; 0: off
+  // Hidden decoding (models/hidden_streams.h; backbones.md §11).
+  int64_t hidden_streams;        // n embedding copies per token; 1: the plain model
+  std::string hidden_positions;  // interleaved | per_token
+  std::string hidden_attention;  // per layer, tiled: L stream-local | X cross-stream mixing
+  bool hidden_local_sees_token;  // stream-local layers also see the earlier streams of their own token
 };
 
 struct ObjectiveConfig {

@@ -129,6 +129,19 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, moe_bias_update_rate, 0.0,
                      "Aux-loss-free balancing: selection bias step per optimizer step (DeepSeek-V3: 1e-3); 0: off.")
           .range(0, 1),
+      INKSTONE_FIELD(model, hidden_streams, int64_t{1},
+                     "Hidden decoding: n embedding tables encode each token n times, interleaved; the loss reads "
+                     "the last copy. 1: off.")
+          .range(1, 64),
+      INKSTONE_FIELD(model, hidden_positions, "interleaved",
+                     "Hidden decoding RoPE positions: consecutive over the n·T slots, or one per token.")
+          .one_of({"interleaved", "per_token"}),
+      INKSTONE_FIELD(model, hidden_attention, "X",
+                     "Hidden decoding attention per layer, tiled over n_layers: X cross-stream (causal over the "
+                     "interleaved order, the model cards' plain Transformer), L stream-local (each copy attends to "
+                     "its own stream only), e.g. \"LLLX\"."),
+      INKSTONE_FIELD(model, hidden_local_sees_token, false,
+                     "Hidden decoding: stream-local layers also see the earlier copies of their own token."),
 
       INKSTONE_FIELD(objective, name, "ar", "Training objective.")
           .one_of({"ar", "uniform_diffusion", "masked_diffusion", "gflowrl", "grpo", "flowrl"}),

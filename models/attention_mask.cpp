@@ -14,11 +14,20 @@ AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t nu
   const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
   const auto query_slot = torch::arange(query_start, query_start + num_queries, i64).unsqueeze(1);  // [Tq, 1]
   const auto key_slot = torch::arange(num_keys, i64).unsqueeze(0);                                   // [1, Tk]
-  auto allowed = mode == MaskMode::causal ? key_slot <= query_slot
-                                          : torch::ones({num_queries, num_keys}, i64.dtype(torch::kBool));
-  allowed = allowed.unsqueeze(0);  // [1, Tq, Tk]
-  if (key_real.defined()) allowed = (allowed & key_real.unsqueeze(1)) | (key_slot == query_slot).unsqueeze(0);
-  return {allowed.unsqueeze(1), false};
+  const auto allowed = mode == MaskMode::causal ? key_slot <= query_slot
+                                                : torch::ones({num_queries, num_keys}, i64.dtype(torch::kBool));
+  return mask_with_padding(allowed, query_start, key_real);
+}
+
+AttentionMask mask_with_padding(const torch::Tensor& allowed, int64_t query_start, const torch::Tensor& key_real) {
+  auto mask = allowed.unsqueeze(0);  // [1, Tq, Tk]
+  if (key_real.defined()) {
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(allowed.device());
+    const auto query_slot = torch::arange(query_start, query_start + allowed.size(0), i64).unsqueeze(1);
+    const auto key_slot = torch::arange(allowed.size(1), i64).unsqueeze(0);
+    mask = (mask & key_real.unsqueeze(1)) | (key_slot == query_slot).unsqueeze(0);
+  }
+  return {mask.unsqueeze(1), false};
 }
 
 }  // namespace inkstone

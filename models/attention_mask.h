@@ -20,4 +20,8 @@ struct AttentionMask {
 AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t num_queries, int64_t num_keys,
                                   const torch::Tensor& key_real, const torch::Device& device);
 
+// The mask of any rule: allowed [Tq, Tk] bool (queries in key slots query_start..), less the padded keys, plus each
+// query's own slot.
+AttentionMask mask_with_padding(const torch::Tensor& allowed, int64_t query_start, const torch::Tensor& key_real);
+
 }  // namespace inkstone

@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "models/block.h"
+#include "models/layer_pattern.h"
 #include "models/model_dims.h"
 #include "models/rope.h"
 #include "models/width_profile.h"
@@ -22,11 +23,32 @@ std::vector<AttentionContext> contexts_per_layer(const AttentionContext& shared,
   return contexts;
 }
 
+// The stream-local layers of a hidden-decoding model attend within their own stream (hidden_streams.h).
+void use_stream_local_masks(std::vector<AttentionContext>& contexts, const ModelConfig& config,
+                            const StreamLayout& streams, int64_t query_start, int64_t num_queries,
+                            const torch::Tensor& key_real, const torch::Device& device) {
+  if (streams.streams() == 1) return;
+  c10::optional<AttentionMask> local;
+  for (int64_t i = 0; i < config.n_layers; ++i) {
+    if (stream_scope(config, i) != StreamScope::local) continue;
+    if (!local) {
+      local = streams.local_mask(contexts[i].mode, query_start, num_queries, query_start + num_queries, key_real,
+                                 device);
+    }
+    contexts[i].mask = *local;
+  }
+}
+
 }  // namespace
 
 LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_size)
-    : config_(config), vocab_size_(vocab_size), widths_(inkstone::layer_widths(config)) {
+    : config_(config), vocab_size_(vocab_size), widths_(inkstone::layer_widths(config)), streams_(config) {
   embed = register_module("embed", torch::nn::Embedding(vocab_size, config.d_model));
+  if (config.hidden_streams > 1) {
+    stream_embeds = register_module("stream_embeds", torch::nn::ModuleList());
+    for (int64_t s = 1; s < config.hidden_streams; ++s)
+      stream_embeds->push_back(torch::nn::Embedding(vocab_size, config.d_model));
+  }
   if (config.time_conditioning) time_embed = register_module("time_embed", TimeEmbedding(config.cond_dim));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(layer_config(config, widths_[i]), i));
@@ -75,7 +97,7 @@ ParamRole LanguageModelImpl::role_of(const std::string& name) const {
   if (has("conv.in_proj") || has("conv.out_proj")) return ParamRole::vo;  // the short conv's gates and value
   if (has("moe.router")) return ParamRole::mlp;
   if (has("moe.selection_bias")) return ParamRole::zero;
-  if (name == "embed.weight") return ParamRole::embedding;
+  if (name == "embed.weight" || name.rfind("stream_embeds.", 0) == 0) return ParamRole::embedding;
   // adaLN-Zero's final layer starts at logits = 0 (DiT), which only an untied head can do.
   if (name == "head.weight") return config_.time_conditioning ? ParamRole::zero : ParamRole::head;
   throw std::logic_error("parameter without an init role: " + name);
@@ -87,20 +109,28 @@ std::vector<std::pair<std::string, ParamRole>> LanguageModelImpl::param_roles() 
   return roles;
 }
 
+// Slots are tokens, or with hidden decoding n per token: the cache, the masks and the blocks count slots, while
+// positions, padding and logits come and go per token.
 ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const ForwardArgs& args) {
   const int64_t batch = tokens.size(0);
   const int64_t length = tokens.size(1);
+  const int64_t slots = streams_.streams() * length;
   const int64_t start = args.cache ? args.cache->length() : 0;
-  const auto positions =
+  const int64_t first_token = start / streams_.streams();
+  const auto token_positions =
       args.positions.defined()
           ? args.positions
-          : torch::arange(start, start + length, tokens.options().dtype(torch::kLong)).expand({batch, length});
-  const auto key_real = args.cache ? args.cache->record_key_real(args.key_padding, length) : args.key_padding;
+          : torch::arange(first_token, first_token + length, tokens.options().dtype(torch::kLong))
+                .expand({batch, length});
+  const auto positions = streams_.slot_positions(token_positions);
+  const auto padding = streams_.slot_flags(args.key_padding);
+  const auto key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
   const AttentionContext context{
       rope_table(positions, resolved_head_dim(config_), config_.rope_theta),
-      make_attention_mask(args.mask, start, length, start + length, key_real, tokens.device()), args.cache,
-      args.mask, args.key_padding};
-  const auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
+      make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device()), args.cache,
+      args.mask, padding};
+  auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
+  use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
 
   torch::Tensor cond;
   if (args.noise_level.defined()) {
@@ -108,7 +138,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
     cond = time_embed(args.noise_level);
   }
 
-  const auto embedding = embed(tokens);
+  const auto embedding = embed_streams(tokens);
   WidthVaryingStream* varying = nullptr;
   std::unique_ptr<ResidualStream> stream;
   if (config_.width_profile == "uniform") {
@@ -124,22 +154,33 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
     stream->add(mixer_site(i), block.mixer_branch(stream->input(mixer_site(i)), layer_contexts[i], m[0]));
     stream->add(ffn_site(i), block.ffn_branch(stream->input(ffn_site(i)), m[1]));
   }
-  auto x = final_norm(stream->input(final_site(config_.n_layers)));
+  auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
   if (varying) x = varying->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   auto logits = head.is_empty() ? torch::nn::functional::linear(x, embed->weight) : head(x);
-  if (args.cache) args.cache->advance(length);
+  if (args.cache) args.cache->advance(slots);
   return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
 }
 
+// Copies of the tokens from every stream's table, stream 1 first, interleaved into slots.
+torch::Tensor LanguageModelImpl::embed_streams(const torch::Tensor& tokens) {
+  std::vector<torch::Tensor> copies;
+  if (!stream_embeds.is_empty())
+    for (const auto& table : *stream_embeds) copies.push_back(table->as<torch::nn::EmbeddingImpl>()->forward(tokens));
+  copies.push_back(embed(tokens));
+  return streams_.interleave(copies);
+}
+
 KVCache LanguageModelImpl::make_kv_cache(int64_t batch_size, int64_t capacity) const {
-  return KVCache(config_.n_layers, batch_size, capacity);
+  return KVCache(config_.n_layers, batch_size, streams_.streams() * capacity);
 }
 
 ParamCounts LanguageModelImpl::param_counts() const {
   ParamCounts counts;
   for (const auto& p : parameters()) counts.total += p.numel();
   counts.embedding = embed->weight.numel();
+  if (!stream_embeds.is_empty())
+    for (const auto& p : stream_embeds->parameters()) counts.embedding += p.numel();
   counts.non_embedding = counts.total - counts.embedding;
   if (!routing.is_empty())
     for (const auto& p : routing->parameters()) counts.routing += p.numel();
@@ -147,19 +188,28 @@ ParamCounts LanguageModelImpl::param_counts() const {
 }
 
 double LanguageModelImpl::forward_flops_per_token(int64_t context) const {
-  double flops = 0;
-  for (const auto& item : named_parameters())
-    if (item.value().dim() == 2 && item.key() != "embed.weight") flops += 2.0 * item.value().numel();
-  if (head.is_empty()) flops += 2.0 * embed->weight.numel();  // the tied head
+  const double n = static_cast<double>(streams_.streams());
+  double per_slot = 0;
+  double head_flops = head.is_empty() ? 2.0 * embed->weight.numel() : 0;  // a tied head reads the embedding
+  for (const auto& item : named_parameters()) {
+    const auto& name = item.key();
+    if (item.value().dim() != 2 || name == "embed.weight" || name.rfind("stream_embeds.", 0) == 0) continue;
+    (name == "head.weight" ? head_flops : per_slot) += 2.0 * item.value().numel();
+  }
+  // q·k and weights·v over the visible slots: n per token across streams, one per token within a stream. (A short
+  // conv's taps are weight matrices above.)
   const double attention_width = static_cast<double>(config_.n_heads) * resolved_head_dim(config_);
-  for (const int64_t w : widths_)
-    flops += 4.0 * context * attention_width * w / config_.d_model;  // q·k and weights·v
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    if (mixer_kind(config_, i) != MixerKind::attention) continue;
+    const double visible = stream_scope(config_, i) == StreamScope::mixing ? n * context : context;
+    per_slot += 4.0 * visible * attention_width * widths_[i] / config_.d_model;
+  }
   // Site i of a routed model normalises, scores and sums up to i + 1 sources of width d (about 6 flops each).
   if (!routing.is_empty()) {
     const double sites = static_cast<double>(final_site(config_.n_layers)) + 1;
-    flops += 6.0 * config_.d_model * sites * (sites + 1) / 2;
+    per_slot += 6.0 * config_.d_model * sites * (sites + 1) / 2;
   }
-  return flops;
+  return n * per_slot + head_flops;
 }
 
 LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_vocab_size) {

@@ -1,6 +1,8 @@
 // The language model: token embedding, pre-norm blocks, final RMSNorm and a tied or untied head
 // (backbones.md §1), optionally conditioned on a noise level through adaLN-Zero (§2). The residual between the
-// blocks is plain or routed (residual_routing.h), at one width or ×-shaped (width_profile.h).
+// blocks is plain or routed (residual_routing.h), at one width or ×-shaped (width_profile.h). With hidden decoding
+// (hidden_streams.h) each token enters as n interleaved copies and only the last copy is read out; tokens,
+// positions, padding and logits stay per token at this interface, and a KV cache holds n slots per token.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -13,6 +15,7 @@
 
 #include "core/config.h"
 #include "models/attention_mask.h"
+#include "models/hidden_streams.h"
 #include "models/init.h"
 #include "models/kv_cache.h"
 #include "models/modulation.h"
@@ -43,7 +46,7 @@ struct ForwardOut {
 // head counts as non-embedding.
 struct ParamCounts {
   int64_t total = 0;
-  int64_t embedding = 0;
+  int64_t embedding = 0;  // with hidden decoding, all n tables
   int64_t non_embedding = 0;
   int64_t routing = 0;  // residual routing queries, key norms, null sources and gates (part of non_embedding)
 };
@@ -60,7 +63,8 @@ class LanguageModelImpl : public torch::nn::Module {
   KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
   ParamCounts param_counts() const;
   // Forward multiply-adds ×2 per token with `context` tokens visible: every weight matrix (the head included, the
-  // embedding lookup not), attention scores and values, and the routing sites; training costs about 3×.
+  // embedding lookup not), attention scores and values, and the routing sites, n times over with hidden decoding
+  // (the head once); training costs about 3×.
   double forward_flops_per_token(int64_t context) const;
   // Residual width of each block (d_model everywhere unless the width profile varies).
   const std::vector<int64_t>& layer_widths() const { return widths_; }
@@ -70,7 +74,8 @@ class LanguageModelImpl : public torch::nn::Module {
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return vocab_size_; }
 
-  torch::nn::Embedding embed{nullptr};
+  torch::nn::Embedding embed{nullptr};          // the token table; with hidden decoding, the last stream's
+  torch::nn::ModuleList stream_embeds{nullptr};  // hidden decoding: the tables of streams 1..n−1
   TimeEmbedding time_embed{nullptr};  // only with time conditioning
   torch::nn::ModuleList blocks{nullptr};
   ResidualRouter routing{nullptr};    // only with a routed residual
@@ -81,10 +86,12 @@ class LanguageModelImpl : public torch::nn::Module {
  private:
   ParamRole role_of(const std::string& name) const;
   void scale_init_to_layer_widths();
+  torch::Tensor embed_streams(const torch::Tensor& tokens);
 
   ModelConfig config_;
   int64_t vocab_size_;
   std::vector<int64_t> widths_;
+  StreamLayout streams_;
 };
 TORCH_MODULE(LanguageModel);
 

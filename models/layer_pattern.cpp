@@ -26,4 +26,10 @@ FfnKind ffn_kind(const ModelConfig& config, int64_t layer) {
                                                                                     : FfnKind::dense;
 }
 
+StreamScope stream_scope(const ModelConfig& config, int64_t layer) {
+  if (config.hidden_streams == 1) return StreamScope::mixing;  // the pattern is only checked for n > 1
+  return expand_layer_pattern(config.hidden_attention, config.n_layers).at(layer) == 'L' ? StreamScope::local
+                                                                                         : StreamScope::mixing;
+}
+
 }  // namespace inkstone

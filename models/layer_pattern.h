@@ -1,6 +1,7 @@
 // Per-layer block kinds from the [model] pattern strings: a pattern of letters (spaces ignored) is tiled over
 // the layers, so "CCA" with 18 layers gives attention at layers 2, 5, ..., 17 and short conv elsewhere
-// (backbones.md §9), and "DDDM" with 8 layers gives MoE at layers 3 and 7 (the CE-MoE layout, §8).
+// (backbones.md §9), and "DDDM" with 8 layers gives MoE at layers 3 and 7 (the CE-MoE layout, §8); "LLLX" makes
+// every fourth layer of a hidden-decoding model attend across streams (§11).
 #pragma once
 #include <cstdint>
 #include <string>
@@ -12,11 +13,13 @@ namespace inkstone {
 
 enum class MixerKind { attention, short_conv };  // A, C
 enum class FfnKind { dense, moe };               // D, M
+enum class StreamScope { local, mixing };        // L, X: hidden decoding's attention (hidden_streams.h)
 
 // The letter of each layer; the pattern is validated with the config (core/config.cpp).
 std::string expand_layer_pattern(const std::string& pattern, int64_t n_layers);
 
 MixerKind mixer_kind(const ModelConfig& config, int64_t layer);
 FfnKind ffn_kind(const ModelConfig& config, int64_t layer);
+StreamScope stream_scope(const ModelConfig& config, int64_t layer);
 
 }  // namespace inkstone

@@ -86,6 +86,10 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
              config.model.arch, counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
              config.model.d_model);
   print_model_shape(config.model, *model, config.data.seq_len);
+  if (config.model.hidden_streams > 1)
+    fmt::print("hidden decoding: {} streams ({} slots per sequence), attention \"{}\", positions {}\n",
+               config.model.hidden_streams, config.model.hidden_streams * config.data.seq_len,
+               config.model.hidden_attention, config.model.hidden_positions);
   if (const int64_t inactive = inactive_expert_parameters(*model); inactive > 0)
     fmt::print("mixture of experts: {} active parameters per token of {} ({} in unselected experts)\n",
                counts.total - inactive, counts.total, inactive);
