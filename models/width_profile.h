@@ -20,12 +20,12 @@ std::vector<int64_t> geometric_widths(double base_width, int64_t model_width, do
 // The bottleneck layer config.width_bottleneck_layer names (0: 3/4 of the depth, the 500M recipe's 18 of 24).
 int64_t resolved_bottleneck_layer(const ModelConfig& config);
 
-// One block's config at residual width w: heads kept, head dim w / n_heads, the feed-forward width of d_model
-// scaled by w / d_model.
+// One block's config at residual width w: heads kept, head dim w / n_heads, the feed-forward (and expert) width of
+// d_model scaled by w / d_model.
 ModelConfig layer_config(const ModelConfig& config, int64_t width);
 
-// Parameters of one block (attention, SwiGLU, norms, adaLN) as built from `layer_config`.
-int64_t block_parameter_count(const ModelConfig& layer_config);
+// Parameters of block `layer` (attention or short conv, SwiGLU or MoE, norms, adaLN) as built from `layer_config`.
+int64_t block_parameter_count(const ModelConfig& layer_config, int64_t layer);
 
 // Parameters that depend on the widths: every block plus the final norm (embedding and head stay at d_model).
 int64_t width_dependent_parameter_count(const ModelConfig& config, const std::vector<int64_t>& widths);

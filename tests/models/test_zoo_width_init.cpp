@@ -75,27 +75,47 @@ TEST(ZooWidth, GeometricProfileFollowsTheFormula) {
   EXPECT_EQ(geometric_widths(40, 64, 0.1, 2, 2, 32), (std::vector<int64_t>{32, 32}));
 }
 
+// Every block kind: attention (with and without QKV conv) or short conv, dense or MoE (with a shared expert and
+// its own expert width), with and without adaLN.
 TEST(ZooWidth, BlockParameterFormulaMatchesTheBuiltBlock) {
   for (const bool conditioned : {false, true}) {
     auto c = testing::tiny_model_config(0.02, conditioned);
+    c.n_layers = 4;
+    c.mixer_pattern = "AACC";
+    c.ffn_pattern = "DMDM";
+    c.qkv_conv = true;
+    c.moe_experts = 3;
+    c.moe_shared_experts = 1;
+    c.moe_expert_ffn_dim = 40;
     for (const int64_t w : {16, 32, 48}) {
       const auto layer = layer_config(c, w);
-      Block block(layer, 0);
-      int64_t built = 0;
-      for (const auto& p : block->parameters()) built += p.numel();
-      EXPECT_EQ(block_parameter_count(layer), built) << "width " << w << " conditioned " << conditioned;
+      for (int64_t i = 0; i < c.n_layers; ++i) {
+        Block block(layer, i);
+        int64_t built = 0;
+        for (const auto& p : block->parameters()) built += p.numel();
+        EXPECT_EQ(block_parameter_count(layer, i), built) << "width " << w << " layer " << i << " conditioned "
+                                                          << conditioned;
+      }
     }
   }
 }
 
 // Solved widths: the whole model within ±0.5 % of the uniform one, the narrowest layer ρ_b·h up to quantisation.
 // One head and a quantum of 2: at 8 layers of width 128 a quantum of 4 moves the count in steps of ~1 %.
+// The hybrid layout (short conv and MoE layers) is solved with its own block counts.
 TEST(ZooWidth, SolvedWidthsMatchTheUniformParameterCount) {
-  for (const double ratio : {0.3, 0.5, 0.75}) {
+  for (const auto& [ratio, hybrid] : std::vector<std::pair<double, bool>>{{0.3, false}, {0.5, false}, {0.75, false},
+                                                                         {0.5, true}}) {
     auto c = xwidth_config(ratio);
     c.n_heads = 1;
     c.n_kv_heads = 1;
     c.width_quantum = 2;
+    if (hybrid) {
+      c.mixer_pattern = "CA";
+      c.ffn_pattern = "DDDM";
+      c.moe_experts = 4;
+      c.moe_expert_ffn_dim = 32;
+    }
     const auto widths = layer_widths(c);
     auto uniform = c;
     uniform.width_profile = "uniform";
