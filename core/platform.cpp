@@ -54,7 +54,15 @@ torch::Device resolve_device(const std::string& device) {
     return torch::kCUDA;
   }
   if (device == "auto") return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  throw InputError(fmt::format("unknown device '{}' (auto | cpu | cuda)", device));
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+      device.find_first_not_of("0123456789", 5) == std::string::npos) {
+    const int index = std::stoi(device.substr(5));
+    if (!cuda || index >= static_cast<int>(torch::cuda::device_count()))
+      throw InputError(fmt::format("device '{}' is not available ({} CUDA devices)", device,
+                                   cuda ? torch::cuda::device_count() : 0));
+    return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
+  }
+  throw InputError(fmt::format("unknown device '{}' (auto | cpu | cuda | cuda:N)", device));
 }
 
 void set_threads(int64_t threads) {

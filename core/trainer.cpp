@@ -120,6 +120,14 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
   return acc;
 }
 
+void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& distributed) {
+  if (distributed.active()) {
+    auto statistics = rank_statistics(model);
+    if (!statistics.empty()) distributed.all_reduce(statistics, ReduceOp::sum);
+  }
+  after_optimizer_step(model);
+}
+
 Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
                  std::shared_ptr<const Tokenizer> tokenizer, std::shared_ptr<const WindowLoader> train_data,
                  std::shared_ptr<const WindowLoader> val_data, std::filesystem::path run_dir, torch::Device device,
@@ -268,7 +276,7 @@ TrainResult Trainer::run() {
     } else {
       bad_in_a_row = 0;
       optimizer_->step();
-      after_optimizer_step(*model_);
+      after_optimizer_step_on_all_ranks(*model_, *distributed_);
       tokens_seen_ += tokens_per_step;
       window_tokens += tokens_per_step;
       loss_window += loss;

@@ -42,6 +42,10 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
                                      const std::vector<Batch>& micro_batches, const NamedTensors& parameters,
                                      bool autocast, GradientSynchroniser* across_ranks = nullptr);
 
+// The model's own updates after an optimizer step (models/auxiliary.h), from statistics summed over the ranks
+// first, so that every rank updates alike (e.g. MoE's router bias from the global expert load).
+void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& distributed);
+
 // A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all).
 class WindowEvalSource : public EvalSource {
  public:

@@ -4,6 +4,7 @@
 #pragma once
 #include <map>
 #include <string>
+#include <vector>
 
 #include <torch/nn/module.h>
 
@@ -19,6 +20,9 @@ class AuxiliarySource {
   virtual ~AuxiliarySource() = default;
   // The outputs of the latest training forward (training mode, gradient enabled); forgets them.
   virtual AuxiliaryOutputs take_auxiliary() = 0;
+  // What after_optimizer_step() reads that each data-parallel rank counted over its own rows (e.g. expert loads):
+  // the trainer sums these tensors over the ranks, in place, before the call, so every rank updates alike.
+  virtual std::vector<torch::Tensor> rank_statistics() { return {}; }
   virtual void after_optimizer_step() {}
 };
 
@@ -37,6 +41,14 @@ inline AuxiliaryOutputs take_auxiliary(torch::nn::Module& model) {
     }
   }
   return total;
+}
+
+inline std::vector<torch::Tensor> rank_statistics(torch::nn::Module& model) {
+  std::vector<torch::Tensor> statistics;
+  for (const auto& module : model.modules())
+    if (auto* source = dynamic_cast<AuxiliarySource*>(module.get()))
+      for (auto& t : source->rank_statistics()) statistics.push_back(t);
+  return statistics;
 }
 
 inline void after_optimizer_step(torch::nn::Module& model) {

@@ -64,9 +64,9 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& u) {
 void MoEImpl::record_auxiliary(const Routing& routing) {
   const double tokens = static_cast<double>(routing.logits.size(0));
   // f_i: the fraction of the N·k assignments that went to expert i.
-  const auto load = torch::zeros({num_experts_}, routing.logits.options())
-                        .index_add_(0, routing.experts.flatten(),
-                                    torch::ones({routing.experts.numel()}, routing.logits.options()));
+  const auto counts = routing.logits.options().dtype(torch::kFloat);  // exact counts, also under bf16 autocast
+  const auto load = torch::zeros({num_experts_}, counts)
+                        .index_add_(0, routing.experts.flatten(), torch::ones({routing.experts.numel()}, counts));
   load_since_update_ = load_since_update_.to(load.device()) + load;
   const auto fraction = load / (tokens * top_k_);
   const auto balance = aux_loss_coef_ * num_experts_ * (fraction * routing.probs.mean(0)).sum();
@@ -81,8 +81,11 @@ void MoEImpl::record_auxiliary(const Routing& routing) {
 
 AuxiliaryOutputs MoEImpl::take_auxiliary() { return std::exchange(latest_, AuxiliaryOutputs{}); }
 
+std::vector<torch::Tensor> MoEImpl::rank_statistics() { return {load_since_update_}; }
+
+// A step without routed tokens has load 0 everywhere, so sign(0 − 0) = 0 leaves the bias (no host sync needed).
 void MoEImpl::after_optimizer_step() {
-  if (bias_update_rate_ > 0 && load_since_update_.sum().item<double>() > 0) {
+  if (bias_update_rate_ > 0) {
     torch::NoGradGuard no_grad;
     const auto above_mean = (load_since_update_ - load_since_update_.mean()).sign();
     selection_bias.sub_(bias_update_rate_ * above_mean.to(selection_bias.device(), selection_bias.scalar_type()));

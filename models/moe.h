@@ -37,6 +37,7 @@ class MoEImpl : public torch::nn::Module, public AuxiliarySource {
   Routing route(const torch::Tensor& x) const;
 
   AuxiliaryOutputs take_auxiliary() override;
+  std::vector<torch::Tensor> rank_statistics() override;  // the expert load since the last step
   void after_optimizer_step() override;
 
   // Parameters of one routed expert; a token uses top_k of num_experts of them.

@@ -16,12 +16,12 @@ std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokeni
                                               const PromptSource& problems,
                                               const std::vector<WeightedReward>& rewards,
                                               const PolicyEvalOptions& options) {
-  const int64_t count = std::min(options.problems, problems.size());
+  const int64_t end = std::min(options.first_problem + options.problems, problems.size());
   const int64_t n = options.rollout.group_size;
   std::vector<int64_t> correct_per_problem;
   double distinct_correct = 0, distinct_completions = 0, unparsed = 0;
-  for (int64_t first = 0; first < count; first += options.prompts_per_batch) {
-    const int64_t last = std::min(count, first + options.prompts_per_batch);
+  for (int64_t first = options.first_problem; first < end; first += options.prompts_per_batch) {
+    const int64_t last = std::min(end, first + options.prompts_per_batch);
     std::vector<Prompt> prompts;
     std::vector<std::vector<int32_t>> ids;
     for (int64_t p = first; p < last; ++p) {

@@ -18,7 +18,8 @@ namespace inkstone {
 double pass_at_k(int64_t n, int64_t c, int64_t k);
 
 struct PolicyEvalOptions {
-  int64_t problems = 64;          // the first `problems` of the source, the same ones every time
+  int64_t problems = 64;          // `problems` of the source from first_problem on, the same ones every time
+  int64_t first_problem = 0;
   int64_t prompts_per_batch = 16;
   RolloutOptions rollout;         // group_size is the k samples per problem
 };

@@ -3,6 +3,10 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <sstream>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -50,6 +54,71 @@ double mean_of(const std::vector<double>& values) {
   double sum = 0;
   for (double v : values) sum += v;
   return values.empty() ? 0.0 : sum / static_cast<double>(values.size());
+}
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// The union of every rank's `names`, sorted, on every rank (`key` names this exchange in the store, so it must
+// differ between calls). An objective may log a metric on one rank and not on another (GFlowRL's flow-gap
+// percentiles need a non-degenerate group), and every rank must then reduce the same list.
+std::vector<std::string> names_on_any_rank(Distributed& distributed, const std::string& key,
+                                           const std::vector<std::string>& names) {
+  std::string own;
+  for (const auto& name : names) own += name + "\n";
+  std::set<std::string> all;
+  for (const auto& text : distributed.gather_to_main(key, own)) {
+    std::istringstream lines(text);
+    for (std::string name; std::getline(lines, name);) all.insert(name);
+  }
+  std::string joined;
+  for (const auto& name : all) joined += name + "\n";
+  auto size = torch::tensor({static_cast<int64_t>(joined.size())}, torch::kLong);
+  distributed.broadcast_from_main({size});
+  auto bytes = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
+  if (distributed.is_main()) std::memcpy(bytes.data_ptr(), joined.data(), joined.size());
+  distributed.broadcast_from_main({bytes});
+  std::istringstream lines(std::string(reinterpret_cast<const char*>(bytes.data_ptr()), bytes.numel()));
+  std::vector<std::string> result;
+  for (std::string name; std::getline(lines, name);) result.push_back(name);
+  return result;
+}
+
+// One line's numbers over every rank: *_min and *_max take the extreme, throughputs (*_per_s) and `sums` add
+// up, the rest are means over equally many rollouts (or problems) per rank, hence the mean of the ranks' values
+// (for a per-token mean or a percentile: the mean of the ranks'). A metric some rank lacks is reduced over the
+// ranks that have it.
+void reduce_line_over_ranks(nlohmann::json& line, Distributed& distributed, const std::string& key,
+                            const std::set<std::string>& sums = {}) {
+  if (!distributed.active()) return;
+  std::vector<std::string> own;
+  for (const auto& [name, value] : line.items())
+    if (value.is_number()) own.push_back(name);
+  const auto names = names_on_any_rank(distributed, key, own);
+  const auto count = static_cast<int64_t>(names.size());
+  const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  auto total = torch::zeros({count}, f64), present = torch::zeros({count}, f64);
+  auto low = torch::full({count}, INFINITY, f64), high = torch::full({count}, -INFINITY, f64);
+  for (int64_t i = 0; i < count; ++i) {
+    if (!line.contains(names[i])) continue;
+    const double v = line[names[i]].get<double>();
+    total[i] = v, present[i] = 1.0, low[i] = v, high[i] = v;
+  }
+  distributed.all_reduce({total, present}, ReduceOp::sum);
+  distributed.all_reduce({low}, ReduceOp::min);
+  distributed.all_reduce({high}, ReduceOp::max);
+  for (int64_t i = 0; i < count; ++i) {
+    const auto& name = names[i];
+    if (ends_with(name, "_min")) {
+      line[name] = low[i].item<double>();
+    } else if (ends_with(name, "_max")) {
+      line[name] = high[i].item<double>();
+    } else {
+      const bool summed = sums.count(name) || ends_with(name, "_per_s");
+      line[name] = total[i].item<double>() / (summed ? 1.0 : present[i].item<double>());
+    }
+  }
 }
 
 }  // namespace
@@ -107,13 +176,15 @@ struct RlTrainer::Update {
 };
 
 RlTrainer::RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Objective> objective,
-                     std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device)
+                     std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device,
+                     std::shared_ptr<Distributed> distributed)
     : config_(std::move(config)),
       policy_(std::move(policy)),
       objective_(std::move(objective)),
       tokenizer_(std::move(tokenizer)),
       run_dir_(std::move(run_dir)),
-      device_(device) {
+      device_(device),
+      distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   if (objective_->needs().consumes != BatchKind::rollouts)
     throw InputError(fmt::format("objective '{}' trains on token windows, not rollouts", objective_->name()));
   policy_->to(device_);
@@ -137,14 +208,35 @@ RlTrainer::RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Object
   optimized_ = groups.decay;
   optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
   optimizer_ = make_adamw(groups, config_.optim);
+
+  if (distributed_->active()) {
+    const int64_t ranks = distributed_->world_size();
+    const auto& rl = config_.rl;
+    if (rl.prompts_per_step % (ranks * rl.mini_batches) != 0)
+      throw InputError(fmt::format("rl.prompts_per_step = {} must be a multiple of {} ranks x rl.mini_batches = {}: "
+                                   "each rank gives every mini-batch the same number of whole groups",
+                                   rl.prompts_per_step, ranks, rl.mini_batches));
+    if (rl.eval_prompts % ranks != 0)
+      throw InputError(fmt::format("rl.eval_prompts = {} must be a multiple of the {} ranks that share them",
+                                   rl.eval_prompts, ranks));
+    // Every rank draws its own dropout masks; rank 0 keeps the single-process stream.
+    if (!distributed_->is_main())
+      torch::manual_seed(counter_hash({static_cast<uint64_t>(config_.run.seed),
+                                       static_cast<uint64_t>(distributed_->rank())}));
+    const auto bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
+    synchroniser_ = std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes);
+  }
 }
 
-// One rollout batch: generate, score, annotate with the trainer's log-probs, update, and describe it.
+// One rollout batch: generate, score, annotate with the trainer's log-probs, update, and describe it. A rank
+// draws its own share of the step's prompts (draw_prompts numbers them rank·count + i, so the ranks together
+// hold the prompts one process draws) and samples them with its own seed.
 nlohmann::json RlTrainer::rollout_step(int64_t step) {
   const auto& rl = config_.rl;
   const int64_t group = rl.group_size;
-  const auto prompts = draw_prompts(*train_problems_, static_cast<uint64_t>(config_.run.seed), step, 0,
-                                    rl.prompts_per_step);
+  const int64_t rank = distributed_->rank();
+  const auto prompts = draw_prompts(*train_problems_, static_cast<uint64_t>(config_.run.seed), step, rank,
+                                    rank_prompts());
   std::vector<std::vector<int32_t>> ids;
   for (const auto& p : prompts) ids.push_back(encode_prompt(*tokenizer_, p.text));
   RolloutOptions options;
@@ -152,10 +244,13 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
   options.max_new_tokens = rl.max_new_tokens;
   options.sampling.temperature = rl.temperature;
   options.sampling.top_p = rl.top_p;
-  options.seed = static_cast<int64_t>(counter_hash({static_cast<uint64_t>(config_.run.seed),
-                                                    static_cast<uint64_t>(step)}) >> 1);
+  const auto seed = static_cast<uint64_t>(config_.run.seed);
+  const uint64_t rollout_hash = rank == 0 ? counter_hash({seed, static_cast<uint64_t>(step)})
+                                          : counter_hash({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank)});
+  options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl.stop;
-  Rollouts rollouts = generate_rollouts(policy_, *tokenizer_, ids, options, step * rl.prompts_per_step);
+  Rollouts rollouts =
+      generate_rollouts(policy_, *tokenizer_, ids, options, step * rl.prompts_per_step + rank * rank_prompts());
 
   const int64_t rows = static_cast<int64_t>(rollouts.completions.size());
   std::vector<double> rewards;
@@ -190,45 +285,52 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
   for (const auto& [name, value] : objective_->rollout_metrics(batch)) line[name] = value;
 
   int64_t degenerate = 0;
-  for (int64_t g = 0; g < rl.prompts_per_step; ++g) {
+  for (int64_t g = 0; g < rank_prompts(); ++g) {
     const auto first = rewards.begin() + g * group;
     const auto [low, high] = std::minmax_element(first, first + group);
     degenerate += *low == *high;
   }
-  const double mean_reward = mean_of(rewards);
   double square_sum = 0;
-  for (double r : rewards) square_sum += (r - mean_reward) * (r - mean_reward);
+  for (double r : rewards) square_sum += r * r;
   std::vector<double> lengths(rollouts.lengths.begin(), rollouts.lengths.end());
-  line["reward_mean"] = mean_reward;
-  line["reward_std"] = std::sqrt(square_sum / static_cast<double>(rows));
+  line["reward_mean"] = mean_of(rewards);
+  line["reward_square_mean"] = square_sum / static_cast<double>(rows);
   line["accuracy"] = correct / static_cast<double>(rows);
   line["unparsed_fraction"] = unparsed / static_cast<double>(rows);
-  line["degenerate_groups"] = static_cast<double>(degenerate) / static_cast<double>(rl.prompts_per_step);
+  line["degenerate_groups"] = static_cast<double>(degenerate) / static_cast<double>(rank_prompts());
   line["response_length_mean"] = mean_of(lengths);
   line["response_length_max"] = *std::max_element(lengths.begin(), lengths.end());
   line["truncated_fraction"] =
       static_cast<double>(std::count(rollouts.truncated.begin(), rollouts.truncated.end(), true)) /
       static_cast<double>(rows);
   line["rollout_tokens_per_s"] = rollouts.tokens_per_s;
+  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_rollouts_{}", step));
+  const double mean_reward = line["reward_mean"].get<double>();
+  line["reward_std"] = std::sqrt(std::max(line["reward_square_mean"].get<double>() - mean_reward * mean_reward, 0.0));
+  line.erase("reward_square_mean");
 
   const Update u = update(batch, step);
   line["loss"] = u.loss;
   line["grad_norm"] = u.grad_norm;
   line["grad_norm_max"] = u.grad_norm_max;
   line["lr"] = u.lr;
-  line["train_tokens_per_s"] =
-      batch.real.sum().item<double>() * static_cast<double>(rl.epochs) / std::max(u.seconds, 1e-9);
-  line.update(u.objective_metrics);
+  nlohmann::json throughput = {
+      {"train_tokens_per_s",
+       batch.real.sum().item<double>() * static_cast<double>(rl.epochs) / std::max(u.seconds, 1e-9)}};
+  reduce_line_over_ranks(throughput, *distributed_, fmt::format("rl_throughput_{}", step));
+  line.update(throughput);
+  line.update(u.objective_metrics);  // reduced over the ranks with the gradients
   return line;
 }
 
 // rl.epochs passes of rl.mini_batches optimizer steps over one rollout batch; each mini-batch is whole groups,
 // drawn in a fresh order every epoch (seeded by run.seed, step and epoch) so that no two epochs see the same
-// mini-batches in the same order.
+// mini-batches in the same order. With several ranks a mini-batch is each rank's share of its own groups, and
+// the loss, unit count and gradient are sums over the ranks, so every rank takes the same step.
 RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
   const auto start = std::chrono::steady_clock::now();
   const auto& rl = config_.rl;
-  const int64_t groups_per_mini_batch = rl.prompts_per_step / rl.mini_batches;
+  const int64_t groups_per_mini_batch = rank_prompts() / rl.mini_batches;
   const int64_t total_optimizer_steps = config_.train.steps * rl.epochs * rl.mini_batches;
   const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
   std::vector<torch::Tensor> parameters;
@@ -241,7 +343,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
   for (int64_t epoch = 0; epoch < rl.epochs; ++epoch) {
     auto shuffle = torch::make_generator<torch::CPUGeneratorImpl>(counter_hash(
         {static_cast<uint64_t>(config_.run.seed), static_cast<uint64_t>(step), static_cast<uint64_t>(epoch)}));
-    const auto group_order = torch::randperm(rl.prompts_per_step, shuffle, torch::kLong);
+    const auto group_order = torch::randperm(rank_prompts(), shuffle, torch::kLong);
     for (int64_t m = 0; m < rl.mini_batches; ++m) {
       u.lr = learning_rate_at(config_.schedule, config_.optim.learning_rate, optimizer_steps_++,
                               total_optimizer_steps);
@@ -249,7 +351,8 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
       optimizer_->zero_grad();
       const Batch mini =
           select_groups(rollouts, group_order, m * groups_per_mini_batch, groups_per_mini_batch, rl.group_size);
-      AccumulatedStep acc = accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast);
+      AccumulatedStep acc =
+          accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast, synchroniser_.get());
       const double norm = clip_grad_norm(parameters, config_.optim.grad_clip).item<double>();
       const double units = acc.count.item<double>();
       const double loss = acc.loss_sum.item<double>() / std::max(units, 1.0);
@@ -266,7 +369,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
       // weight decay and stale moments do not move the policy.
       if (units == 0) continue;
       optimizer_->step();
-      after_optimizer_step(*policy_);  // e.g. MoE's aux-loss-free router bias
+      after_optimizer_step_on_all_ranks(*policy_, *distributed_);  // e.g. MoE's aux-loss-free router bias
       losses.push_back(loss);
       norms.push_back(norm);
       count += units;
@@ -297,17 +400,28 @@ void RlTrainer::resume(const CheckpointData& checkpoint) {
   load_module_weights(*policy_, checkpoint.model, origin);
   if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
-  restore_rng_state(checkpoint.state.at("rng"), "state.json");
+  restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;
   optimizer_steps_ = checkpoint.state.at("optimizer_steps").get<int64_t>();
   elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
 }
 
+// Each rank takes an equal slice of the held-out problems (rl.eval_prompts is a multiple of the ranks), so the
+// means over problems are the means of the ranks' means.
 std::map<std::string, double> RlTrainer::evaluate() {
-  return evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, policy_eval_options(config_));
+  auto options = policy_eval_options(config_);
+  const int64_t share = options.problems / distributed_->world_size();
+  options.first_problem = distributed_->rank() * share;
+  options.problems = share;
+  const auto metrics = evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, options);
+  nlohmann::json line(metrics);
+  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_eval_{}", step_), {"problems"});
+  return line.get<std::map<std::string, double>>();
 }
 
 std::filesystem::path RlTrainer::save(double elapsed_s) {
+  const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
+  if (!distributed_->is_main()) return {};
   CheckpointData data;
   data.step = step_;
   data.model = module_weights(*policy_);
@@ -319,6 +433,7 @@ std::filesystem::path RlTrainer::save(double elapsed_s) {
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
                 {"objective", objective_->name()},
                 {"init_checkpoint", config_.rl.init_checkpoint}};
+  data.state.update(rank_state);
   data.config_toml = config_to_toml(config_);
   data.tokenizer = tokenizer_->to_json();
   return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
@@ -326,20 +441,34 @@ std::filesystem::path RlTrainer::save(double elapsed_s) {
 
 RlResult RlTrainer::run() {
   const auto& train = config_.train;
-  std::filesystem::create_directories(run_dir_);
-  MetricsLog log(run_dir_ / "metrics.jsonl", step_);  // a resumed run drops the lines past its checkpoint
-  ProgressBar progress("rl", train.steps, ProgressBar::Unit::items);
+  // Only rank 0 writes metrics and draws progress.
+  std::optional<MetricsLog> log;
+  std::optional<ProgressBar> progress;
+  if (distributed_->is_main()) {
+    std::filesystem::create_directories(run_dir_);
+    log.emplace(run_dir_ / "metrics.jsonl", step_);  // a resumed run drops the lines past its checkpoint
+    progress.emplace("rl", train.steps, ProgressBar::Unit::items);
+  }
   const auto session_start = std::chrono::steady_clock::now();
   auto elapsed = [&] { return elapsed_before_s_ + seconds_since(session_start); };
   RlResult result;
   policy_->train();
+  {
+    std::vector<torch::Tensor> state = policy_->parameters();
+    for (const auto& buffer : policy_->buffers()) state.push_back(buffer);
+    if (auto own = objective_->trainable())
+      for (const auto& p : own->parameters()) state.push_back(p);
+    distributed_->broadcast_from_main(state);  // every rank starts from rank 0's weights
+  }
 
   auto log_eval = [&](int64_t done) {
     auto metrics = evaluate();
     nlohmann::json line = {{"step", done}, {"split", "eval"}, {"elapsed_s", elapsed()}};
     for (const auto& [name, value] : metrics) line[name] = value;
-    log.append(line);
-    fmt::print("step {} held-out pass@1 {:.4f}\n", done, metrics.at("pass@1"));
+    if (log) {
+      log->append(line);
+      fmt::print("step {} held-out pass@1 {:.4f}\n", done, metrics.at("pass@1"));
+    }
     return metrics;
   };
   if (step_ == 0) log_eval(0);
@@ -350,10 +479,12 @@ RlResult RlTrainer::run() {
     line["step"] = done;
     line["split"] = "train";
     line["elapsed_s"] = elapsed();
-    log.append(line);
     if (on_step) on_step(done, line);
-    progress.update(done, fmt::format("reward {:.3f}  accuracy {:.3f}", line["reward_mean"].get<double>(),
-                                      line["accuracy"].get<double>()));
+    if (log) {
+      log->append(line);
+      progress->update(done, fmt::format("reward {:.3f}  accuracy {:.3f}", line["reward_mean"].get<double>(),
+                                         line["accuracy"].get<double>()));
+    }
     const bool last = done == train.steps;
     if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
       auto metrics = log_eval(done);
@@ -362,7 +493,7 @@ RlResult RlTrainer::run() {
     if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last)
       result.last_checkpoint = save(elapsed());
   }
-  progress.finish(step_, fmt::format("step {}/{}", step_, train.steps));
+  if (progress) progress->finish(step_, fmt::format("step {}/{}", step_, train.steps));
   result.steps_done = step_;
   result.skipped_updates = skipped_updates_;
   return result;

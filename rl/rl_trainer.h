@@ -1,6 +1,9 @@
 // The RL post-training loop for objectives that consume rollouts (GFlowRL, GRPO): per step, G rollouts for each
 // of a batch of prompts, rewards, the trainer's own old (and reference) log-probs, then several epochs of
 // mini-batch AdamW updates; metrics of rl.md §6 per step, held-out pass@k every train.eval_interval steps.
+// Data parallel: each rank rolls out its own whole groups (P / ranks prompts of the step's P, the ones a single
+// process would draw), every mini-batch takes the same number of groups from each rank, and the gradient is the
+// global mean (core/distributed.h); held-out problems are split over the ranks too.
 #pragma once
 #include <cstdint>
 #include <filesystem>
@@ -14,6 +17,7 @@
 
 #include "core/checkpoint.h"
 #include "core/config.h"
+#include "core/distributed.h"
 #include "core/optimizer.h"
 #include "core/tokenizer.h"
 #include "models/language_model.h"
@@ -44,8 +48,10 @@ class RlTrainer {
  public:
   // `policy` holds the initial weights (rl.init_checkpoint); with rl.reference = initial a frozen copy of them
   // is the reference.
+  // `distributed`: this rank's process group; null for a single process.
   RlTrainer(Config config, LanguageModel policy, std::unique_ptr<Objective> objective,
-            std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device);
+            std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device,
+            std::shared_ptr<Distributed> distributed = nullptr);
   // Continues a run from one of its checkpoints: policy, objective weights, optimizer, step. Prompts and
   // rollout seeds are functions of (run.seed, step), so the continuation is the one the run would have taken.
   void resume(const CheckpointData& checkpoint);
@@ -58,6 +64,7 @@ class RlTrainer {
   struct Update;
   nlohmann::json rollout_step(int64_t step);
   Update update(const Batch& rollouts, int64_t step);
+  int64_t rank_prompts() const { return config_.rl.prompts_per_step / distributed_->world_size(); }
   std::map<std::string, double> evaluate();
   std::filesystem::path save(double elapsed_s);
 
@@ -73,6 +80,8 @@ class RlTrainer {
   torch::Device device_;
   NamedTensors optimized_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::shared_ptr<Distributed> distributed_;
+  std::unique_ptr<GradientSynchroniser> synchroniser_;  // only with several ranks
   int64_t step_ = 0;
   int64_t optimizer_steps_ = 0;
   int64_t skipped_updates_ = 0;

@@ -22,28 +22,43 @@ struct TrainOptions {
   bool print_defaults = false;
 };
 
+// A data-parallel rank's process group (its own GPU first), or a single process's.
+std::shared_ptr<Distributed> join_launch(const LaunchEnv& launch, const Config& config, torch::Device& device) {
+  if (!launch.distributed()) return std::make_shared<Distributed>();
+  device = device_of_rank(device, launch);
+  return std::make_shared<Distributed>(launch, device, timeout_of(config.distributed));
+}
+
 // Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint.
 // A resumed run still loads rl.init_checkpoint first: it is the reference model (rl.reference = initial).
 int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx,
-             const std::optional<CheckpointData>& checkpoint) {
+             const std::optional<CheckpointData>& checkpoint, const LaunchEnv& launch) {
   if (config.rl.init_checkpoint.empty())
     throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
                                  config.objective.name));
-  TrainedModel init = load_trained_model(config.rl.init_checkpoint, config.run.device);
+  torch::Device device = ctx.device;
+  auto distributed = join_launch(launch, config, device);
+  TrainedModel init = load_trained_model(config.rl.init_checkpoint, device.str());
   set_threads(config.run.threads);
   config.model = init.config.model;  // the policy keeps the checkpoint's architecture
   ctx.objective = make_objective(config, *init.tokenizer);  // sized for that architecture (FlowRL's log Z head)
-  print_run_header(config, init.model, run_dir, init.device);
-  std::filesystem::create_directories(run_dir);
-  write_file_atomic(run_dir / "config.toml", config_to_toml(config));
-  init.tokenizer->save(run_dir / "tokenizer.json");
+  const bool main = distributed->is_main();
+  if (main) {
+    print_run_header(config, init.model, run_dir, init.device);
+    if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);
+    std::filesystem::create_directories(run_dir);
+    write_file_atomic(run_dir / "config.toml", config_to_toml(config));
+    init.tokenizer->save(run_dir / "tokenizer.json");
+  }
 
-  RlTrainer trainer(config, init.model, std::move(ctx.objective), init.tokenizer, run_dir, init.device);
+  RlTrainer trainer(config, init.model, std::move(ctx.objective), init.tokenizer, run_dir, init.device,
+                    distributed);
   if (checkpoint) {
     trainer.resume(*checkpoint);
-    fmt::print("resumed from step {}\n", checkpoint->step);
+    if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
   RlResult result = trainer.run();
+  if (!main) return 0;
   fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
              result.last_checkpoint.string());
   for (const auto& [name, value] : result.final_eval) fmt::print("  eval {} = {:.4f}\n", name, value);
@@ -70,19 +85,10 @@ int train(const TrainOptions& o) {
 
   const LaunchEnv launch = launch_env_from_environment();
   RunContext ctx = prepare_run(config);
-  if (ctx.objective->needs().consumes == BatchKind::rollouts) {
-    if (launch.distributed())
-      throw InputError(fmt::format("objective '{}' runs in one process: RL training is not data-parallel yet "
-                                   "(launched as {} ranks)",
-                                   config.objective.name, launch.world_size));
-    return train_rl(config, run_dir, std::move(ctx), checkpoint);
-  }
+  if (ctx.objective->needs().consumes == BatchKind::rollouts)
+    return train_rl(config, run_dir, std::move(ctx), checkpoint, launch);
   // A data-parallel rank: its own GPU, its rows of each batch; rank 0 alone prints and writes the run folder.
-  auto distributed = std::make_shared<Distributed>();
-  if (launch.distributed()) {
-    ctx.device = device_of_rank(ctx.device, launch);
-    distributed = std::make_shared<Distributed>(launch, ctx.device, timeout_of(config.distributed));
-  }
+  auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();
   TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs(), launch.rank);
   LanguageModel model = build_model_for(config, *ctx.tokenizer);

@@ -22,6 +22,7 @@
 #include "core/distributed.h"
 #include "core/trainer.h"
 #include "objectives/objective.h"
+#include "rl/rl_trainer.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 
@@ -67,8 +68,58 @@ TrainResult train_tiny(const Config& config, const std::filesystem::path& run_di
   return trainer.run();
 }
 
+// GFlowRL on sums with a mixture-of-experts policy whose router bias balances the expert load (so that the ranks
+// must also agree on the load), 4 prompts x 4 rollouts a step in 2 mini-batches, 3 steps.
+Config tiny_rl_config(double timeout_s) {
+  Config config = default_config();
+  config.model = testing::tiny_model_config(/*init_std=*/0.3);
+  config.model.max_seq_len = 48;
+  config.data.seq_len = 48;  // unused by RL, but checked against the model
+  config.model.ffn_pattern = "M";
+  config.model.moe_experts = 4;
+  config.model.moe_top_k = 2;
+  config.model.moe_bias_update_rate = 0.01;
+  config.objective.name = "gflowrl";
+  config.run.threads = 1;
+  config.rl.task = "arithmetic";
+  config.rl.prompts_per_step = 4;
+  config.rl.group_size = 4;
+  config.rl.mini_batches = 2;
+  config.rl.max_new_tokens = 8;
+  config.rl.eval_prompts = 4;
+  config.rl.eval_samples = 2;
+  config.train.steps = 3;
+  config.train.eval_interval = 0;
+  config.train.checkpoint_interval = 0;
+  config.schedule.warmup_steps = 0;
+  config.distributed.timeout_s = timeout_s;
+  return config;
+}
+
+// Σ p² over every parameter and buffer (the router bias included) in float64: equal on two ranks only if their
+// weights are.
+double weight_checksum(torch::nn::Module& model) {
+  double sum = 0;
+  for (const auto& p : model.parameters()) sum += p.to(torch::kDouble).pow(2).sum().item<double>();
+  return sum;
+}
+
+// The RL rank: writes "step checksum" lines to losses_rank<r>.txt.
+void rl_as_one_rank(const Config& config, const std::filesystem::path& dir, std::shared_ptr<Distributed> distributed) {
+  auto tokenizer = std::make_shared<ByteTokenizer>();
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  auto policy = build_language_model(config.model, tokenizer->vocab_size());
+  std::ofstream checksums(dir / fmt::format("losses_rank{}.txt", distributed->rank()));
+  RlTrainer trainer(config, policy, make_objective(config, *tokenizer), tokenizer, dir / "run", torch::kCPU,
+                    std::move(distributed));
+  trainer.on_step = [&](int64_t step, const nlohmann::json&) {
+    checksums << fmt::format("{} {:.17g}\n", step, weight_checksum(*policy)) << std::flush;
+  };
+  trainer.run();
+}
+
 // The rank side of the tests: reads INKSTONE_TEST_DIR/config.toml, trains as the rank the launch variables name,
-// writes "step loss" lines to losses_rank<r>.txt. With INKSTONE_TEST_EXIT_AT_STEP, rank 1 exits abruptly after
+// writes "step loss" lines to losses_rank<r>.txt (an RL config: see rl_as_one_rank). With INKSTONE_TEST_EXIT_AT_STEP, rank 1 exits abruptly after
 // that step; a failed collective exits with kWorkerDistributedError after printing its message.
 TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   const char* dir_text = std::getenv("INKSTONE_TEST_DIR");
@@ -81,6 +132,7 @@ TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   std::ofstream losses(dir / fmt::format("losses_rank{}.txt", launch.rank));
   try {
     auto distributed = std::make_shared<Distributed>(launch, torch::kCPU, timeout_of(config.distributed));
+    if (config.objective.name == "gflowrl") return rl_as_one_rank(config, dir, distributed);
     train_tiny(config, dir / "run", distributed, [&](int64_t step, double loss) {
       losses << fmt::format("{} {:.17g}\n", step, loss) << std::flush;
       if (step == exit_at) std::_Exit(3);
@@ -238,6 +290,45 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
                   loader(single, "val", 0), dir / "resumed", torch::kCPU);
   EXPECT_NE(testing::input_error_of([&] { trainer.resume(parallel); }).find("written by 2 rank(s) but this run has 1"),
             std::string::npos);
+}
+
+// RL over 2 ranks: each rolls out 2 of the step's 4 prompts, and after every step both hold the same weights to
+// the bit (the same summed gradient, the same router-bias update from the summed expert load); rank 0 alone
+// writes the metrics and a checkpoint that knows both ranks' random streams. (Rollouts are sampled per rank, so
+// the run is not the 1-process run draw for draw; the gradient sum itself is the one tested above.)
+TEST_F(DataParallel, RlRanksRollOutTheirShareAndStayInStep) {
+  const auto dir = *dir_ / "rl";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.toml") << config_to_toml(tiny_rl_config(/*timeout_s=*/60));
+  }
+  auto ranks = start_workers(dir, 2);
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << read_text(ranks[r].output);
+  const auto rank0 = read_losses(dir / "losses_rank0.txt");
+  const auto rank1 = read_losses(dir / "losses_rank1.txt");
+  ASSERT_EQ(rank0.size(), 3u);
+  EXPECT_EQ(rank0, rank1);
+
+  const CheckpointData checkpoint = load_checkpoint(dir / "run");
+  EXPECT_EQ(checkpoint.step, 3);
+  EXPECT_EQ(checkpoint.state.at("rng_ranks").size(), 2u);
+  double bias_moved = 0;
+  for (const auto& [name, tensor] : checkpoint.model)
+    if (name.find("selection_bias") != std::string::npos) bias_moved += tensor.abs().sum().item<double>();
+  EXPECT_GT(bias_moved, 0);  // the balancing ran, so the agreement above covers it
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  int64_t train_lines = 0, eval_lines = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto json = nlohmann::json::parse(line);
+    train_lines += json.at("split") == "train";
+    if (json.at("split") == "eval") {
+      ++eval_lines;
+      EXPECT_EQ(json.at("problems").get<double>(), 4.0);  // 2 held-out problems on each rank
+    }
+  }
+  EXPECT_EQ(train_lines, 3);
+  EXPECT_EQ(eval_lines, 2);  // before the first step and after the last
 }
 
 // A rank that dies mid-run makes the survivor fail with a DistributedError within the timeout, not hang.
