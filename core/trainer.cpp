@@ -257,8 +257,12 @@ TrainResult Trainer::run() {
     AccumulatedStep acc =
         accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast, synchroniser_.get());
     const torch::Tensor grad_norm = clip_grad_norm(parameters, config_.optim.grad_clip);
-    const double loss = (acc.loss_sum / acc.count.clamp_min(1.0)).item<double>();
-    const double norm = grad_norm.item<double>();
+    // The skip decision needs both numbers on the host: one transfer (one device sync) per step.
+    const auto host = torch::stack({(acc.loss_sum / acc.count.clamp_min(1.0)).to(torch::kDouble),
+                                    grad_norm.to(torch::kDouble)})
+                          .cpu();
+    const double loss = host[0].item<double>();
+    const double norm = host[1].item<double>();
     const int64_t done = ++step_;
 
     const bool finite = std::isfinite(loss) && std::isfinite(norm);

@@ -337,7 +337,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
   for (auto& [name, p] : optimized_) parameters.push_back(p);
 
   Update u;
-  std::map<std::string, double> sums, mins, maxes;
+  std::map<std::string, torch::Tensor> sums, mins, maxes;  // on the device until the end of the update
   double count = 0;
   std::vector<double> losses, norms;
   for (int64_t epoch = 0; epoch < rl.epochs; ++epoch) {
@@ -353,9 +353,13 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
           select_groups(rollouts, group_order, m * groups_per_mini_batch, groups_per_mini_batch, rl.group_size);
       AccumulatedStep acc =
           accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast, synchroniser_.get());
-      const double norm = clip_grad_norm(parameters, config_.optim.grad_clip).item<double>();
-      const double units = acc.count.item<double>();
-      const double loss = acc.loss_sum.item<double>() / std::max(units, 1.0);
+      // The step-or-skip decision needs these three on the host: one transfer per mini-batch.
+      const auto host = torch::stack({clip_grad_norm(parameters, config_.optim.grad_clip).to(torch::kDouble),
+                                      acc.count.to(torch::kDouble), acc.loss_sum.to(torch::kDouble)})
+                            .cpu();
+      const double norm = host[0].item<double>();
+      const double units = host[1].item<double>();
+      const double loss = host[2].item<double>() / std::max(units, 1.0);
       if (!std::isfinite(loss) || !std::isfinite(norm)) {
         ++skipped_updates_;
         if (++bad_in_a_row_ >= config_.train.max_bad_steps)
@@ -373,19 +377,17 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
       losses.push_back(loss);
       norms.push_back(norm);
       count += units;
-      for (auto& [name, v] : acc.metric_sums) sums[name] += v.item<double>();
-      for (auto& [name, v] : acc.metric_mins)
-        mins[name] = mins.count(name) ? std::min(mins[name], v.item<double>()) : v.item<double>();
-      for (auto& [name, v] : acc.metric_maxes)
-        maxes[name] = maxes.count(name) ? std::max(maxes[name], v.item<double>()) : v.item<double>();
+      for (auto& [name, v] : acc.metric_sums) sums[name] = sums.count(name) ? sums[name] + v : v;
+      for (auto& [name, v] : acc.metric_mins) mins[name] = mins.count(name) ? torch::minimum(mins[name], v) : v;
+      for (auto& [name, v] : acc.metric_maxes) maxes[name] = maxes.count(name) ? torch::maximum(maxes[name], v) : v;
     }
   }
   u.loss = mean_of(losses);
   u.grad_norm = mean_of(norms);
   u.grad_norm_max = norms.empty() ? 0.0 : *std::max_element(norms.begin(), norms.end());
-  for (auto& [name, v] : sums) u.objective_metrics[name] = count > 0 ? v / count : 0.0;
-  for (auto& [name, v] : mins) u.objective_metrics[name] = v;
-  for (auto& [name, v] : maxes) u.objective_metrics[name] = v;
+  for (auto& [name, v] : sums) u.objective_metrics[name] = count > 0 ? v.item<double>() / count : 0.0;
+  for (auto& [name, v] : mins) u.objective_metrics[name] = v.item<double>();
+  for (auto& [name, v] : maxes) u.objective_metrics[name] = v.item<double>();
   u.objective_metrics["updates"] = static_cast<double>(losses.size());
   u.seconds = seconds_since(start);
   return u;
