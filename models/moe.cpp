@@ -45,17 +45,26 @@ Routing MoEImpl::route(const torch::Tensor& x) const {
   return r;
 }
 
+// The N·k (token, expert) assignments sorted by expert, so that each expert runs once on a contiguous slice;
+// the per-expert counts are the one host transfer (a GPU waits once per layer, not once per expert).
 torch::Tensor MoEImpl::forward(const torch::Tensor& u) {
   const auto x = u.reshape({-1, u.size(-1)});
   const Routing routing = route(x);
-  auto y = torch::zeros_like(x);
+  const auto assigned = routing.experts.flatten();  // assignment a = token·k + slot
+  // A stable sort keeps the tokens of one expert in their order.
+  const auto order = std::get<1>(assigned.sort(c10::optional<bool>(true), 0));
+  const auto token_of = order.div(top_k_, "floor");
+  const auto counts = torch::bincount(assigned, {}, num_experts_).cpu();
+  const auto sorted_inputs = x.index_select(0, token_of);
+  std::vector<torch::Tensor> outputs;
+  int64_t start = 0;
   for (int64_t e = 0; e < num_experts_; ++e) {
-    const auto hits = (routing.experts == e).nonzero();  // [n_e, 2]: token, slot
-    if (hits.size(0) == 0) continue;
-    const auto tokens = hits.select(1, 0);
-    const auto weight = routing.weights.index({tokens, hits.select(1, 1)}).unsqueeze(1).to(x.dtype());
-    y = y.index_add(0, tokens, experts[e]->as<SwiGLUImpl>()->forward(x.index_select(0, tokens)) * weight);
+    const int64_t n = counts[e].item<int64_t>();
+    if (n > 0) outputs.push_back(experts[e]->as<SwiGLUImpl>()->forward(sorted_inputs.narrow(0, start, n)));
+    start += n;
   }
+  const auto weights = routing.weights.flatten().index_select(0, order).unsqueeze(1).to(x.dtype());
+  auto y = torch::zeros_like(x).index_add(0, token_of, torch::cat(outputs) * weights);
   if (!shared.is_empty()) y = y + shared(x);
   if (is_training() && torch::GradMode::is_enabled()) record_auxiliary(routing);
   return y.view_as(u);
