@@ -26,8 +26,16 @@ struct Batch {
   // objective stratifying over the batch (diffusion time) sees the same strata for any accumulation split.
   int64_t first_row = 0;
   int64_t total_rows = 0;  // 0: these rows are the whole batch
+  torch::Tensor documents;  // [B, W] int64 packed-document index (data.document_mask); undefined: not masked
   RolloutAnnotations rollout;
 };
+
+// The document of every token of packed windows [B, W]: documents end at eos, so a token's index counts the eos
+// tokens before it in its row (an eos belongs to the document it ends).
+inline torch::Tensor packed_documents(const torch::Tensor& tokens, int64_t eos_id) {
+  const auto ends = tokens.eq(eos_id).to(torch::kLong);
+  return ends.cumsum(1) - ends;
+}
 
 // The validation split as a fixed sequence of batches, so one checkpoint always gives the same numbers.
 class EvalSource {

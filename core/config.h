@@ -150,6 +150,7 @@ struct DataConfig {
   std::string tokenizer;  // empty: the tokenizer stored with the data
   int64_t seq_len;
   std::string mode;       // pack | pad
+  bool document_mask;     // pack: attention and convolutions stay within each packed document
 };
 
 struct OptimConfig {

@@ -169,6 +169,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(data, seq_len, int64_t{256}, "Tokens per training window.").range(2, 1 << 20),
       INKSTONE_FIELD(data, mode, "pack", "pack: windows across documents; pad: one document per window.")
           .one_of({"pack", "pad"}),
+      INKSTONE_FIELD(data, document_mask, false,
+                     "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
 
       INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").range(0, 10),
       INKSTONE_FIELD(optim, beta1, 0.9, "AdamW beta1.").range(0, 1),

@@ -71,8 +71,8 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
-                                   torch::Device device)
-    : loader_(loader), batch_size_(batch_size), device_(device) {
+                                   torch::Device device, int64_t document_eos)
+    : loader_(loader), batch_size_(batch_size), device_(device), document_eos_(document_eos) {
   const int64_t windows = loader.num_eval_windows();
   num_batches_ = (windows + batch_size - 1) / batch_size;
   if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
@@ -81,7 +81,9 @@ WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_siz
 Batch WindowEvalSource::batch(int64_t index) const {
   const int64_t first = index * batch_size_;
   const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
-  return token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
+  Batch batch = token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
+  if (document_eos_ >= 0) batch.documents = packed_documents(batch.tokens, document_eos_);
+  return batch;
 }
 
 AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& model,
@@ -179,13 +181,15 @@ Batch Trainer::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row
   Batch rows = token_batch_to_device(batch, row_begin, row_end, device_);
   rows.first_row += distributed_->rank() * batch.rows;
   rows.total_rows = batch.rows * distributed_->world_size();
+  if (config_.data.document_mask) rows.documents = packed_documents(rows.tokens, tokenizer_->specials().eos);
   return rows;
 }
 
 std::map<std::string, double> Trainer::evaluate() {
   model_->eval();
   WindowEvalSource source(*val_data_, config_.train.batch_size / config_.train.grad_accum,
-                          config_.train.eval_batches, device_);
+                          config_.train.eval_batches, device_,
+                          config_.data.document_mask ? tokenizer_->specials().eos : -1);
   auto metrics = objective_->evaluate(*model_, source);
   model_->train();
   return metrics;

@@ -49,7 +49,9 @@ void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& di
 // A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all).
 class WindowEvalSource : public EvalSource {
  public:
-  WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches, torch::Device device);
+  // document_eos ≥ 0: batches carry packed_documents(tokens, document_eos) (data.document_mask).
+  WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches, torch::Device device,
+                   int64_t document_eos = -1);
   int64_t num_batches() const override { return num_batches_; }
   Batch batch(int64_t index) const override;
   double bytes_per_token() const override { return loader_.bytes_per_token(); }
@@ -59,6 +61,7 @@ class WindowEvalSource : public EvalSource {
   int64_t batch_size_;
   int64_t num_batches_;
   torch::Device device_;
+  int64_t document_eos_;
 };
 
 class Trainer {

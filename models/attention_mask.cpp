@@ -30,4 +30,14 @@ AttentionMask mask_with_padding(const torch::Tensor& allowed, int64_t query_star
   return {mask.unsqueeze(1), false};
 }
 
+AttentionMask within_documents(const AttentionMask& mask, MaskMode mode, const torch::Tensor& documents) {
+  const int64_t length = documents.size(1);
+  auto allowed = mask.allowed ? *mask.allowed
+                              : make_attention_mask(mode, 0, length, length, torch::ones_like(documents, torch::kBool),
+                                                    documents.device())
+                                    .allowed.value();
+  const auto same_document = (documents.unsqueeze(2) == documents.unsqueeze(1)).unsqueeze(1);  // [B, 1, T, T]
+  return {allowed & same_document, false};
+}
+
 }  // namespace inkstone

@@ -24,4 +24,8 @@ AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t nu
 // query's own slot.
 AttentionMask mask_with_padding(const torch::Tensor& allowed, int64_t query_start, const torch::Tensor& key_real);
 
+// `mask` (of a forward without a cache) restricted to query-key pairs of the same packed document: documents
+// [B, T] int64 numbers the document of every token in its row.
+AttentionMask within_documents(const AttentionMask& mask, MaskMode mode, const torch::Tensor& documents);
+
 }  // namespace inkstone

@@ -20,8 +20,21 @@ torch::Tensor depthwise_conv_over_time(const torch::Tensor& x, const torch::Tens
     padded = torch::constant_pad_nd(input, {0, 0, kernel - 1, 0});
   }
   const auto w = weight.to(x.dtype());
-  auto y = padded.slice(1, 0, length) * w.select(1, 0);
-  for (int64_t i = 1; i < kernel; ++i) y = y + padded.slice(1, i, i + length) * w.select(1, i);
+  torch::Tensor padded_documents;  // with documents: each padded input's document, −1 outside the sequence
+  if (context.documents.defined()) {
+    TORCH_CHECK(context.cache == nullptr, "packed documents are for training and scoring, not incremental decoding");
+    const int64_t before = context.mode == MaskMode::bidirectional ? (kernel - 1) / 2 : kernel - 1;
+    padded_documents = torch::constant_pad_nd(context.documents, {before, kernel - 1 - before}, -1);
+  }
+  // Tap i reads input t − offset + i; with documents only where that input shares t's document.
+  const auto tap = [&](int64_t i) {
+    const auto in = padded.slice(1, i, i + length);
+    if (!padded_documents.defined()) return in;
+    const auto same = padded_documents.slice(1, i, i + length) == context.documents;
+    return in * same.unsqueeze(-1).to(x.dtype());
+  };
+  auto y = tap(0) * w.select(1, 0);
+  for (int64_t i = 1; i < kernel; ++i) y = y + tap(i) * w.select(1, i);
   return y;
 }
 

@@ -131,6 +131,14 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
       args.mask, padding};
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
   use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
+  if (args.documents.defined()) {
+    TORCH_CHECK(args.cache == nullptr, "packed documents are for training and scoring, not incremental decoding");
+    const auto documents = streams_.slot_flags(args.documents);
+    for (auto& c : layer_contexts) {
+      c.mask = within_documents(c.mask, args.mask, documents);
+      c.documents = documents;
+    }
+  }
 
   torch::Tensor cond;
   if (args.noise_level.defined()) {

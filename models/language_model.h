@@ -31,6 +31,8 @@ struct ForwardArgs {
   torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
   torch::Tensor key_padding;  // [B, T] bool, true = real token of this call; undefined: all real. With a cache,
                               // the cache remembers earlier calls' padding.
+  torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay
+                              // within a token's document; undefined: one document per row. Not with a cache.
   KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
   bool return_hidden = false;
 };

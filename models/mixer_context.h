@@ -14,6 +14,7 @@ struct AttentionContext {
   KVCache* cache = nullptr;           // null: no incremental decoding
   MaskMode mode = MaskMode::causal;   // convolutions over time are causal, or centred when bidirectional
   torch::Tensor token_real;           // [B, T] bool, this call's real tokens; undefined: all real
+  torch::Tensor documents;            // [B, T] int64 packed-document index; undefined: one document per row
 };
 
 }  // namespace inkstone

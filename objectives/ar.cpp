@@ -23,6 +23,7 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch) {
               batch.real.index({Slice(), Slice(0, -1)});
   ForwardArgs args;
   args.mask = MaskMode::causal;
+  if (batch.documents.defined()) args.documents = batch.documents.index({Slice(), Slice(0, -1)});
   auto logits = model.forward(inputs, args).logits;  // [B, T, V] fp32
   auto log_probs = torch::log_softmax(logits, -1);
   auto nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1);

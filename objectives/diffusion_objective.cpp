@@ -58,6 +58,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   args.mask = MaskMode::bidirectional;
   // Packed windows are always full; a padding mask there would only cost attention its fused kernel.
   if (config_.data.mode == "pad") args.key_padding = batch.real;
+  args.documents = batch.documents;
   const auto alpha = schedule_->alpha(t);
   if (model.config().time_conditioning) {
     TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");

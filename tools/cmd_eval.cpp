@@ -71,7 +71,8 @@ int eval(const EvalOptions& o) {
   loader_options.expected_tokenizer_fingerprint = trained.tokenizer->fingerprint();
   WindowLoader loader(config.data.path, loader_options);
   const int64_t batch = o.batch_size > 0 ? o.batch_size : config.train.batch_size / config.train.grad_accum;
-  WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device);
+  WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device,
+                          trained.config.data.document_mask ? trained.tokenizer->specials().eos : -1);
   auto metrics = trained.objective->evaluate(*trained.model, source);
 
   print_metrics(o, trained, "split " + o.split, metrics);
