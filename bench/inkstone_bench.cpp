@@ -20,6 +20,7 @@
 #include "core/data_prepare.h"
 #include "core/errors.h"
 #include "core/module_weights.h"
+#include "core/platform.h"
 #include "core/safetensors.h"
 #include "core/trainer.h"
 #include "models/model_dims.h"
@@ -278,6 +279,7 @@ nlohmann::json run_rollout(const BenchArgs& a) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  inkstone::keep_freed_memory_for_reuse();
   BenchArgs a;
   CLI::App app{"inkstone_bench: one benchmark measurement as a JSON line (driven by bench/run)"};
   app.add_option("mode", a.mode, "train | diffusion-sample | decode | rollout")

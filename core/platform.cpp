@@ -1,6 +1,8 @@
 // Machine facts: which BLAS the process mapped, thread count, device choice.
 #include "core/platform.h"
 
+#include <malloc.h>
+
 #include <filesystem>
 #include <fstream>
 
@@ -63,6 +65,11 @@ torch::Device resolve_device(const std::string& device) {
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   throw InputError(fmt::format("unknown device '{}' (auto | cpu | cuda | cuda:N)", device));
+}
+
+void keep_freed_memory_for_reuse() {
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest allowed threshold on 64-bit
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 void set_threads(int64_t threads) {

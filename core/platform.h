@@ -18,4 +18,9 @@ torch::Device resolve_device(const std::string& device);
 
 void set_threads(int64_t threads);
 
+// Makes glibc keep freed tensor buffers for reuse: by default it maps every allocation above its mmap threshold
+// (128 KiB, adapting upwards) straight from the kernel and unmaps it on free, so each training step page-faults
+// its activations in again. Called first thing in main; allocations above 32 MiB are still mapped.
+void keep_freed_memory_for_reuse();
+
 }  // namespace inkstone

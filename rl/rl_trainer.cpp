@@ -62,9 +62,10 @@ bool ends_with(const std::string& text, const std::string& suffix) {
 
 // The union of every rank's `names`, sorted, on every rank (`key` names this exchange in the store, so it must
 // differ between calls). An objective may log a metric on one rank and not on another (GFlowRL's flow-gap
-// percentiles need a non-degenerate group), and every rank must then reduce the same list.
+// percentiles need a non-degenerate group), and every rank must then reduce the same list. Collectives run on
+// `device` (NCCL takes CUDA tensors only).
 std::vector<std::string> names_on_any_rank(Distributed& distributed, const std::string& key,
-                                           const std::vector<std::string>& names) {
+                                           const std::vector<std::string>& names, torch::Device device) {
   std::string own;
   for (const auto& name : names) own += name + "\n";
   std::set<std::string> all;
@@ -74,11 +75,13 @@ std::vector<std::string> names_on_any_rank(Distributed& distributed, const std::
   }
   std::string joined;
   for (const auto& name : all) joined += name + "\n";
-  auto size = torch::tensor({static_cast<int64_t>(joined.size())}, torch::kLong);
+  auto size = torch::tensor({static_cast<int64_t>(joined.size())}, torch::kLong).to(device);
   distributed.broadcast_from_main({size});
   auto bytes = torch::zeros({size.item<int64_t>()}, torch::kUInt8);
   if (distributed.is_main()) std::memcpy(bytes.data_ptr(), joined.data(), joined.size());
+  bytes = bytes.to(device);
   distributed.broadcast_from_main({bytes});
+  bytes = bytes.cpu();
   std::istringstream lines(std::string(reinterpret_cast<const char*>(bytes.data_ptr()), bytes.numel()));
   std::vector<std::string> result;
   for (std::string name; std::getline(lines, name);) result.push_back(name);
@@ -90,12 +93,12 @@ std::vector<std::string> names_on_any_rank(Distributed& distributed, const std::
 // (for a per-token mean or a percentile: the mean of the ranks'). A metric some rank lacks is reduced over the
 // ranks that have it.
 void reduce_line_over_ranks(nlohmann::json& line, Distributed& distributed, const std::string& key,
-                            const std::set<std::string>& sums = {}) {
+                            torch::Device device, const std::set<std::string>& sums = {}) {
   if (!distributed.active()) return;
   std::vector<std::string> own;
   for (const auto& [name, value] : line.items())
     if (value.is_number()) own.push_back(name);
-  const auto names = names_on_any_rank(distributed, key, own);
+  const auto names = names_on_any_rank(distributed, key, own, device);
   const auto count = static_cast<int64_t>(names.size());
   const auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   auto total = torch::zeros({count}, f64), present = torch::zeros({count}, f64);
@@ -105,9 +108,11 @@ void reduce_line_over_ranks(nlohmann::json& line, Distributed& distributed, cons
     const double v = line[names[i]].get<double>();
     total[i] = v, present[i] = 1.0, low[i] = v, high[i] = v;
   }
-  distributed.all_reduce({total, present}, ReduceOp::sum);
-  distributed.all_reduce({low}, ReduceOp::min);
-  distributed.all_reduce({high}, ReduceOp::max);
+  std::vector<torch::Tensor> reduced = {total.to(device), present.to(device), low.to(device), high.to(device)};
+  distributed.all_reduce({reduced[0], reduced[1]}, ReduceOp::sum);
+  distributed.all_reduce({reduced[2]}, ReduceOp::min);
+  distributed.all_reduce({reduced[3]}, ReduceOp::max);
+  total = reduced[0].cpu(), present = reduced[1].cpu(), low = reduced[2].cpu(), high = reduced[3].cpu();
   for (int64_t i = 0; i < count; ++i) {
     const auto& name = names[i];
     if (ends_with(name, "_min")) {
@@ -304,7 +309,7 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
       static_cast<double>(std::count(rollouts.truncated.begin(), rollouts.truncated.end(), true)) /
       static_cast<double>(rows);
   line["rollout_tokens_per_s"] = rollouts.tokens_per_s;
-  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_rollouts_{}", step));
+  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_rollouts_{}", step), device_);
   const double mean_reward = line["reward_mean"].get<double>();
   line["reward_std"] = std::sqrt(std::max(line["reward_square_mean"].get<double>() - mean_reward * mean_reward, 0.0));
   line.erase("reward_square_mean");
@@ -317,7 +322,7 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
   nlohmann::json throughput = {
       {"train_tokens_per_s",
        batch.real.sum().item<double>() * static_cast<double>(rl.epochs) / std::max(u.seconds, 1e-9)}};
-  reduce_line_over_ranks(throughput, *distributed_, fmt::format("rl_throughput_{}", step));
+  reduce_line_over_ranks(throughput, *distributed_, fmt::format("rl_throughput_{}", step), device_);
   line.update(throughput);
   line.update(u.objective_metrics);  // reduced over the ranks with the gradients
   return line;
@@ -417,7 +422,7 @@ std::map<std::string, double> RlTrainer::evaluate() {
   options.problems = share;
   const auto metrics = evaluate_policy(policy_, *tokenizer_, *eval_problems_, rewards_, options);
   nlohmann::json line(metrics);
-  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_eval_{}", step_), {"problems"});
+  reduce_line_over_ranks(line, *distributed_, fmt::format("rl_eval_{}", step_), device_, {"problems"});
   return line.get<std::map<std::string, double>>();
 }
 

@@ -4,10 +4,12 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/platform.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
   using namespace inkstone;
+  keep_freed_memory_for_reuse();
   CLI::App app{"inkstone: train and sample language models with pluggable objectives"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
