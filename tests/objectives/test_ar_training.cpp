@@ -104,6 +104,30 @@ TEST_F(ArTraining, LossIsMeanNextTokenNllOverRealTargets) {
   EXPECT_NEAR(out.loss_sum.item<double>(), sum, 1e-4);
 }
 
+// data.document_mask reaches the model: with the learning rate at 0 the weights stay at init, so the trainer's
+// validation must equal the objective's evaluation over windows carrying their packed documents (the validation
+// split holds several eos-separated documents), and differ from the unmasked one.
+TEST_F(ArTraining, DocumentMaskReachesTheModel) {
+  Config config = tiny_config(*corpus_);
+  config.data.document_mask = true;
+  config.optim.learning_rate = 0;
+  config.train.steps = 1;
+  config.train.eval_batches = 0;
+  TinyRun s = make_setup(config);
+  torch::manual_seed(static_cast<uint64_t>(config.run.seed));
+  auto model = build_language_model(config.model, s.tokenizer->vocab_size());
+  auto objective = make_objective(config, *s.tokenizer);
+  const int64_t eos = s.tokenizer->specials().eos;
+  const double masked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU, eos)).at("loss_nats");
+  const double unmasked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU)).at("loss_nats");
+
+  Trainer trainer(config, model, make_objective(config, *s.tokenizer), s.tokenizer, s.train, s.val,
+                  testing::temp_dir("ar_document_mask"), torch::kCPU);
+  const TrainResult result = trainer.run();
+  EXPECT_NEAR(result.final_eval.at("loss_nats"), masked, 1e-9);
+  EXPECT_GT(std::abs(masked - unmasked), 1e-4);
+}
+
 TEST_F(ArTraining, TwoHalfMicroBatchesEqualOneFullBatch) {
   Config config = tiny_config(*corpus_);
   TinyRun s = make_setup(config);
