@@ -40,6 +40,7 @@ struct ModelConfig {
   int64_t residual_heads;       // H of mhar, block_attnres and delta
   int64_t residual_blocks;      // N_b of block_attnres, and of delta with residual_delta = block
   std::string residual_delta;   // delta sources: sublayer | block
+  std::string residual_delta_gate;  // delta gate α: zero | sigmoid | sigmoid_token | none
   // Variable width (models/width_profile.h; backbones.md §6).
   std::string width_profile;    // uniform | geometric
   double width_bottleneck_ratio;

@@ -87,6 +87,10 @@ std::vector<FieldSpec> build_schema() {
           .range(1, 1024),
       INKSTONE_FIELD(model, residual_delta, "sublayer", "delta sources: every sublayer output, or one per block.")
           .one_of({"sublayer", "block"}),
+      INKSTONE_FIELD(model, residual_delta_gate, "zero",
+                     "delta gate: zero (learned scalar from 0, the exact identity at init), sigmoid (sigma(a - 2)), "
+                     "sigmoid_token (sigma(<w, p_t> + a - 2) per token), none (1).")
+          .one_of({"zero", "sigmoid", "sigmoid_token", "none"}),
       INKSTONE_FIELD(model, width_profile, "uniform",
                      "Layer widths: uniform d_model, or geometric x-shape with the same parameter count.")
           .one_of({"uniform", "geometric"}),

@@ -24,6 +24,7 @@ ModelConfig delta_routing_config(const ModelConfig& plain, int64_t heads, const 
   routed.residual = "delta";
   routed.residual_heads = heads;
   routed.residual_delta = sources;
+  routed.residual_delta_gate = "zero";  // α = 0: the converted model is the plain one
   if (sources == "block") routed.residual_blocks = blocks;
   return routed;
 }

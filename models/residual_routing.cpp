@@ -2,27 +2,48 @@
 
 #include <torch/torch.h>
 
+#include "models/rms_norm.h"
+
 namespace inkstone {
 
 torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& query, const torch::Tensor& key_gain,
                             double norm_eps, int64_t heads) {
   const int64_t S = sources.size(0), B = sources.size(1), T = sources.size(2), d = sources.size(3);
-  const auto wide = sources.scalar_type() == torch::kDouble ? sources : sources.to(torch::kFloat);
-  const auto normed = wide * torch::rsqrt(wide.pow(2).mean(-1, /*keepdim=*/true) + norm_eps);
-  const auto keys =
-      (normed * key_gain.to(wide.scalar_type())).to(sources.scalar_type()).view({S, B, T, heads, d / heads});
+  const auto gain = sources.scalar_type() == torch::kDouble ? key_gain.to(torch::kDouble) : key_gain;
+  const auto keys = rms_norm(sources, gain, norm_eps).view({S, B, T, heads, d / heads});
   const auto logits = (keys * query.view({heads, d / heads})).sum(-1);  // [S, B, T, H]
   const auto weights = logits.softmax(0).unsqueeze(-1);                 // depth softmax per (b, t, h)
   return (weights * sources.view({S, B, T, heads, d / heads})).sum(0).view({B, T, d});
 }
 
-RoutingSiteImpl::RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta) : norm_eps_(norm_eps) {
+DeltaGate delta_gate_of(const std::string& name) {
+  if (name == "zero") return DeltaGate::zero;
+  if (name == "sigmoid") return DeltaGate::sigmoid;
+  if (name == "sigmoid_token") return DeltaGate::sigmoid_token;
+  TORCH_CHECK(name == "none", "unknown delta gate '", name, "'");
+  return DeltaGate::none;
+}
+
+RoutingSiteImpl::RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta, DeltaGate gate_kind)
+    : norm_eps_(norm_eps), gate_kind_(gate_kind) {
   query = register_parameter("query", torch::zeros({d_model}));
   key_gain = register_parameter("key_norm_gain", torch::ones({d_model}));
-  if (delta) {
-    null_source = register_parameter("null_source", torch::zeros({d_model}));
-    gate = register_parameter("gate", torch::zeros({1}));
+  if (!delta) return;
+  null_source = register_parameter("null_source", torch::zeros({d_model}));
+  if (gate_kind != DeltaGate::none) gate = register_parameter("gate", torch::zeros({1}));
+  if (gate_kind == DeltaGate::sigmoid_token) gate_weight = register_parameter("gate_weight", torch::zeros({d_model}));
+}
+
+torch::Tensor RoutingSiteImpl::delta_gate(const torch::Tensor& p) const {
+  constexpr double kClosedLogit = -2.0;  // σ(−2): the sigmoid gates' opening at init
+  switch (gate_kind_) {
+    case DeltaGate::zero: return gate;
+    case DeltaGate::sigmoid: return torch::sigmoid(gate + kClosedLogit);
+    case DeltaGate::sigmoid_token:
+      return torch::sigmoid(torch::matmul(p, gate_weight.to(p.dtype())).unsqueeze(-1) + gate + kClosedLogit);
+    case DeltaGate::none: break;
   }
+  return torch::ones({1}, p.options());
 }
 
 torch::Tensor RoutingSiteImpl::route(const std::vector<torch::Tensor>& sources, int64_t heads) {
@@ -33,7 +54,8 @@ ResidualRouterImpl::ResidualRouterImpl(const ModelConfig& config) {
   sites = register_module("sites", torch::nn::ModuleList());
   if (config.residual == "plain") return;
   for (int64_t i = 0; i <= final_site(config.n_layers); ++i)
-    sites->push_back(RoutingSite(config.d_model, config.norm_eps, config.residual == "delta"));
+    sites->push_back(RoutingSite(config.d_model, config.norm_eps, config.residual == "delta",
+                                 delta_gate_of(config.residual_delta_gate)));
 }
 
 int64_t routing_block_size(const ModelConfig& config) {
@@ -111,7 +133,7 @@ class DeltaStream : public ResidualStream {
     auto& s = router_.site(site);
     std::vector<torch::Tensor> sources{s.null_source.expand_as(p_)};
     sources.insert(sources.end(), deltas_.begin(), deltas_.end());
-    return p_ + s.gate * s.route(sources, heads_);
+    return p_ + s.delta_gate(p_) * s.route(sources, heads_);
   }
   void add(int64_t site, const torch::Tensor& output) override {
     p_ = p_ + output;

@@ -5,7 +5,8 @@
 //                  Residuals, arXiv 2603.15031; Luo, Cai, Hu, Multi-Head Attention Residuals), H heads
 //   block_attnres  the same over the completed block sums and the current partial sum
 //   delta          h = p + α · routed over [null source] ∪ per-sublayer (or per-block) deltas, α = 0 at init, so
-//                  a converted model starts exactly as the plain one (Luo, Cai, Hu, Delta Attention Residuals)
+//                  a converted model starts exactly as the plain one (Luo, Cai, Hu, Delta Attention Residuals);
+//                  other gates: σ(a), σ(⟨w, p⟩ + a) per token, or none (α = 1)
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -26,21 +27,32 @@ namespace inkstone {
 torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& query, const torch::Tensor& key_gain,
                             double norm_eps, int64_t heads);
 
+// The delta gate α of model.residual_delta_gate (backbones.md §5): "zero" α = a, a = 0 at init (the exact
+// identity); "sigmoid" α = σ(a − 2); "sigmoid_token" α_t = σ(⟨w, p_t⟩ + a − 2), a gate per token read from the
+// plain stream; "none" α = 1. a and w start at 0, so the sigmoid gates open at σ(−2) ≈ 0.12 (the reference's
+// logit init −2) and weight decay pulls them back toward it.
+enum class DeltaGate { zero, sigmoid, sigmoid_token, none };
+DeltaGate delta_gate_of(const std::string& name);
+
 // One routing site's parameters: a static pseudo-query (zero at init: the uniform mean of the sources) and the
-// key norm's gain; delta sites add a null source and a scalar gate, both zero at init.
+// key norm's gain; delta sites add a null source (zero at init) and their gate.
 class RoutingSiteImpl : public torch::nn::Module {
  public:
-  RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta);
+  RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta, DeltaGate gate_kind = DeltaGate::zero);
   // sources: each [B, T, d]; delta sites put the null source first.
   torch::Tensor route(const std::vector<torch::Tensor>& sources, int64_t heads);
+  // α for the plain stream p: [B, T, d] -> a tensor that broadcasts against p (delta sites only).
+  torch::Tensor delta_gate(const torch::Tensor& p) const;
 
   torch::Tensor query;        // [d]
   torch::Tensor key_gain;     // [d], the key RMSNorm's gain g (named key_norm_gain), 1 at init
   torch::Tensor null_source;  // [d], delta only
-  torch::Tensor gate;         // [1], delta only
+  torch::Tensor gate;         // [1], delta with a learned gate: a
+  torch::Tensor gate_weight;  // [d], sigmoid_token only: w
 
  private:
   double norm_eps_;
+  DeltaGate gate_kind_;
 };
 TORCH_MODULE(RoutingSite);
 

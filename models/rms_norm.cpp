@@ -1,15 +1,115 @@
 #include "models/rms_norm.h"
 
+#include <ATen/Dispatch.h>
+#include <ATen/Parallel.h>
+#include <torch/torch.h>
+
 namespace inkstone {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// Σ_j a_j b_j over one row with eight running sums, so the compiler can keep them in vector registers.
+template <typename T>
+double row_dot(const T* a, const T* b, int64_t n) {
+  T partial[8] = {};
+  int64_t j = 0;
+  for (; j + 8 <= n; j += 8)
+    for (int lane = 0; lane < 8; ++lane) partial[lane] += a[j + lane] * b[j + lane];
+  double sum = 0;
+  for (T p : partial) sum += p;
+  for (; j < n; ++j) sum += static_cast<double>(a[j]) * b[j];
+  return sum;
+}
+
+// Fixed row chunks for the weight gradient: each chunk sums its rows' dy ⊙ x̂ alone, so the result does not
+// depend on the thread count.
+constexpr int64_t kWeightGradChunks = 64;
+
+// One pass per row and direction on contiguous CPU rows of width D:
+//   forward   r = (Σ x² / D + ε)^(−1/2),  y = x r g
+//   backward  dx = r (dy ⊙ g) − x r³ ⟨dy ⊙ g, x⟩ / D,  dg = Σ_rows dy ⊙ x r
+struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const torch::Tensor& weight,
+                               double eps) {
+    const auto x = input.contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    auto y = torch::empty_like(x);
+    auto rstd = torch::empty({rows}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rms_norm_forward", [&] {
+      const auto* xp = x.data_ptr<scalar_t>();
+      const auto* g = weight.data_ptr<scalar_t>();
+      auto* yp = y.data_ptr<scalar_t>();
+      auto* rp = rstd.data_ptr<scalar_t>();
+      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) {
+          const scalar_t* row = xp + i * width;
+          const auto r = static_cast<scalar_t>(1.0 / std::sqrt(row_dot(row, row, width) / width + eps));
+          rp[i] = r;
+          for (int64_t j = 0; j < width; ++j) yp[i * width + j] = row[j] * r * g[j];
+        }
+      });
+    });
+    ctx->save_for_backward({x, weight, rstd});
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &x = saved[0], &weight = saved[1], &rstd = saved[2];
+    const auto dy = grads[0].contiguous();
+    const int64_t width = x.size(-1), rows = x.numel() / width;
+    const int64_t chunks = std::min(rows, kWeightGradChunks), rows_per_chunk = (rows + chunks - 1) / chunks;
+    auto dx = torch::empty_like(x);
+    auto dg_partial = torch::zeros({chunks, width}, x.options());
+    AT_DISPATCH_FLOATING_TYPES(x.scalar_type(), "rms_norm_backward", [&] {
+      const auto* xp = x.data_ptr<scalar_t>();
+      const auto* g = weight.data_ptr<scalar_t>();
+      const auto* rp = rstd.data_ptr<scalar_t>();
+      const auto* dyp = dy.data_ptr<scalar_t>();
+      auto* dxp = dx.data_ptr<scalar_t>();
+      auto* dgp = dg_partial.data_ptr<scalar_t>();
+      at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
+        std::vector<scalar_t> dy_g(width);
+        for (int64_t c = chunk_begin; c < chunk_end; ++c) {
+          scalar_t* dg_row = dgp + c * width;
+          for (int64_t i = c * rows_per_chunk; i < std::min(rows, (c + 1) * rows_per_chunk); ++i) {
+            const scalar_t *row = xp + i * width, *dy_row = dyp + i * width;
+            const scalar_t r = rp[i];
+            for (int64_t j = 0; j < width; ++j) dy_g[j] = dy_row[j] * g[j];
+            const auto coefficient = static_cast<scalar_t>(row_dot(dy_g.data(), row, width) * r * r * r / width);
+            for (int64_t j = 0; j < width; ++j) {
+              dxp[i * width + j] = r * dy_g[j] - row[j] * coefficient;
+              dg_row[j] += dy_row[j] * row[j] * r;
+            }
+          }
+        }
+      });
+    });
+    return {dx, dg_partial.sum(0), torch::Tensor()};
+  }
+};
+
+bool fused_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight) {
+  return x.device().is_cpu() && x.scalar_type() == weight.scalar_type() &&
+         (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && weight.is_contiguous();
+}
+
+}  // namespace
+
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+  if (fused_kernel_applies(x, weight)) return RmsNormFunction::apply(x, weight, eps);
+  // The same formula in fp32 from ATen ops (bf16 loses the mean of squares); any device and dtype.
+  const auto x32 = x.to(torch::kFloat);
+  const auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
+  return (normed * weight.to(torch::kFloat)).to(x.scalar_type());
+}
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {
   weight = register_parameter("weight", torch::ones({dim}));
 }
 
-torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) {
-  const auto x32 = x.to(torch::kFloat);
-  const auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (normed * weight.to(torch::kFloat)).to(x.scalar_type());
-}
+torch::Tensor RMSNormImpl::forward(const torch::Tensor& x) { return rms_norm(x, weight, eps_); }
 
 }  // namespace inkstone

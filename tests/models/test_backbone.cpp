@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/torch_compat.h"
 #include "tests/fixtures.h"
 #include "tests/models/decode_fixtures.h"
 #include "models/attention.h"
@@ -90,6 +91,38 @@ TEST(Backbone, RMSNormMatchesFloat64Formula) {
   EXPECT_LT(max_abs_diff(norm(x), ref_rms_norm(x.to(torch::kDouble), norm->weight)), 1e-6);
 }
 
+// Gradients of sum(y ⊙ probe) with respect to every input, by autograd.
+std::vector<torch::Tensor> gradients_of(const torch::Tensor& y, const std::vector<torch::Tensor>& inputs,
+                                        const torch::Tensor& probe) {
+  return torch::autograd::grad({(y * probe.to(y.dtype())).sum()}, inputs);
+}
+
+// The fused CPU kernel against autograd through the float64 formula, forward and backward, at a width that is
+// not a multiple of its 8 lanes and at the block width.
+TEST(Backbone, RMSNormGradientsMatchFloat64Autograd) {
+  torch::manual_seed(3);
+  for (int64_t width : {13, 192}) {
+    const auto x = (torch::randn({4, 9, width}) * 2).requires_grad_();
+    const auto weight = torch::empty({width}).uniform_(0.5, 1.5).requires_grad_();
+    const auto probe = torch::randn({4, 9, width});
+    const auto y = rms_norm(x, weight, kEps);
+    const auto grads = gradients_of(y, {x, weight}, probe);
+
+    const auto x64 = x.detach().to(torch::kDouble).requires_grad_();
+    const auto weight64 = weight.detach().to(torch::kDouble).requires_grad_();
+    const auto y64 = ref_rms_norm(x64, weight64);
+    const auto ref = gradients_of(y64, {x64, weight64}, probe);
+    EXPECT_LT(max_abs_diff(y, y64), 1e-5) << width;
+    EXPECT_LT(max_abs_diff(grads[0], ref[0]), 1e-5) << width;
+    EXPECT_LT(max_abs_diff(grads[1], ref[1]), 1e-4) << width;  // a sum over 36 rows
+
+    // In float64 the kernel is the formula to rounding.
+    const auto fused64 = gradients_of(rms_norm(x64, weight64, kEps), {x64, weight64}, probe);
+    EXPECT_LT(max_abs_diff(fused64[0], ref[0]), 1e-12) << width;
+    EXPECT_LT(max_abs_diff(fused64[1], ref[1]), 1e-12) << width;
+  }
+}
+
 TEST(Backbone, RoPEMatchesFloat64RotateHalf) {
   torch::manual_seed(0);
   const auto x = torch::randn({2, 3, 5, 8});
@@ -139,6 +172,36 @@ TEST_P(AttentionVsReference, MatchesFloat64SoftmaxAttention) {
 INSTANTIATE_TEST_SUITE_P(Backbone, AttentionVsReference,
                          ::testing::Values(AttentionCase{4, MaskMode::causal}, AttentionCase{4, MaskMode::bidirectional},
                                            AttentionCase{2, MaskMode::causal}, AttentionCase{1, MaskMode::bidirectional}));
+
+// compat::sdpa (on libtorch 1.13 the explicit-backward attention) against autograd through softmax attention in
+// float64, under the causal flag, a boolean mask and no mask.
+TEST(Backbone, AttentionGradientsMatchFloat64Autograd) {
+  torch::manual_seed(4);
+  const int64_t B = 2, H = 3, T = 6, D = 8;
+  const auto allowed = torch::rand({B, 1, T, T}) < 0.6 | torch::eye(T, torch::kBool);
+  struct Case {
+    c10::optional<torch::Tensor> mask;
+    bool is_causal;
+  };
+  for (const auto& [mask, is_causal] : {Case{c10::nullopt, true}, Case{allowed, false}, Case{c10::nullopt, false}}) {
+    std::vector<torch::Tensor> qkv, qkv64;
+    for (int i = 0; i < 3; ++i) {
+      qkv.push_back(torch::randn({B, H, T, D}).requires_grad_());
+      qkv64.push_back(qkv.back().detach().to(torch::kDouble).requires_grad_());
+    }
+    const auto probe = torch::randn({B, H, T, D});
+    const auto y = compat::sdpa(qkv[0], qkv[1], qkv[2], mask, is_causal);
+    const auto grads = gradients_of(y, qkv, probe);
+
+    auto scores = torch::matmul(qkv64[0], qkv64[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
+    const auto visible = is_causal ? torch::ones({T, T}, torch::kBool).tril() : mask.value_or(torch::ones({T, T}, torch::kBool));
+    scores = scores.masked_fill(visible.logical_not(), -INFINITY);
+    const auto y64 = torch::matmul(torch::softmax(scores, -1), qkv64[2]);
+    const auto ref = gradients_of(y64, qkv64, probe);
+    EXPECT_LT(max_abs_diff(y, y64), 1e-5) << is_causal;
+    for (int i = 0; i < 3; ++i) EXPECT_LT(max_abs_diff(grads[i], ref[i]), 1e-5) << "input " << i << " " << is_causal;
+  }
+}
 
 // ---- whole model ----
 

@@ -275,6 +275,34 @@ TEST(ZooRouting, DeltaSourcesTelescopeToTheStreamWithUnitGate) {
   }
 }
 
+// Every gate of model.residual_delta_gate at the first site, with zero queries and null source, where the
+// sources are [0, emb]: h = emb + α · emb / 2, α per token for sigmoid_token.
+TEST(ZooRouting, DeltaGatesScaleTheRoutedTermAsDefined) {
+  torch::manual_seed(9);
+  const auto emb = torch::randn({2, 3, 32}, torch::kDouble);
+  const double closed = 1.0 / (1.0 + std::exp(2.0));  // σ(−2)
+  for (const char* gate : {"zero", "sigmoid", "sigmoid_token", "none"}) {
+    auto c = routed_config("delta", 2);
+    c.residual_delta_gate = gate;
+    DrivenStream s(c, emb);
+    const std::string kind = gate;
+    const double alpha = kind == "zero" ? 0.0 : kind == "none" ? 1.0 : closed;
+    EXPECT_LT(max_abs_diff(s.stream->input(0), emb + alpha * emb / 2), 1e-14) << gate;
+    EXPECT_EQ(s.router->site(0).gate.defined(), kind != "none") << gate;
+  }
+  auto c = routed_config("delta", 2);
+  c.residual_delta_gate = "sigmoid_token";
+  DrivenStream s(c, emb);
+  auto& site = s.router->site(0);
+  {
+    torch::NoGradGuard no_grad;
+    site.gate_weight.normal_(0.0, 0.3);
+    site.gate.fill_(0.5);
+  }
+  const auto alpha = torch::sigmoid(torch::matmul(emb, site.gate_weight) + 0.5 - 2.0).unsqueeze(-1);  // [B, T, 1]
+  EXPECT_LT(max_abs_diff(s.stream->input(0), emb + alpha * emb / 2), 1e-14);
+}
+
 // α = 0 with any queries and null sources: the converted model's logits are the plain model's, bit for bit, also
 // under the KV-cache decode path.
 TEST(ZooRouting, DeltaConversionKeepsThePlainLogitsExactly) {
