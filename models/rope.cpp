@@ -10,14 +10,16 @@ RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double th
   const auto j = torch::arange(head_dim / 2, f64);
   const auto omega = torch::pow(theta, -2.0 * j / static_cast<double>(head_dim));
   const auto angles = positions.to(torch::kDouble).unsqueeze(-1) * omega;  // [B, T, h_d/2]
-  return {angles.cos().to(torch::kFloat).unsqueeze(1), angles.sin().to(torch::kFloat).unsqueeze(1)};
+  const auto cos = angles.cos().to(torch::kFloat).unsqueeze(1);  // [B, 1, T, h_d/2]
+  const auto sin = angles.sin().to(torch::kFloat).unsqueeze(1);
+  return {torch::cat({cos, cos}, -1), torch::cat({-sin, sin}, -1)};
 }
 
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table) {
-  const auto halves = x.to(torch::kFloat).chunk(2, -1);
-  const auto& a = halves[0];
-  const auto& b = halves[1];
-  return torch::cat({a * table.cos - b * table.sin, b * table.cos + a * table.sin}, -1).to(x.scalar_type());
+  const auto x32 = x.to(torch::kFloat);
+  const auto halves = x32.chunk(2, -1);
+  const auto swapped = torch::cat({halves[1], halves[0]}, -1);
+  return (x32 * table.cos + swapped * table.sin).to(x.scalar_type());
 }
 
 }  // namespace inkstone

@@ -6,9 +6,12 @@
 
 namespace inkstone {
 
-// cos(mω_j) and sin(mω_j) for every position of a batch, shared by all layers of one forward.
+// The rotation as two full-width factors, so that R_m x = x ⊙ cos + swap(x) ⊙ sin with swap(a, b) = (b, a):
+// cos = (cos mω, cos mω), sin = (−sin mω, sin mω). Built once per forward and shared by all layers; two
+// multiplies and an add per call instead of four, a subtraction, an add and a concatenation (the same values:
+// a·cos + b·(−sin) rounds exactly as a·cos − b·sin).
 struct RopeTable {
-  torch::Tensor cos;  // [B, 1, T, h_d/2] fp32
+  torch::Tensor cos;  // [B, 1, T, h_d] fp32
   torch::Tensor sin;
 };
 
