@@ -92,7 +92,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 };
 
 bool fused_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight) {
-  return x.device().is_cpu() && x.scalar_type() == weight.scalar_type() &&
+  return x.device().is_cpu() && x.numel() > 0 && x.scalar_type() == weight.scalar_type() &&
          (x.scalar_type() == torch::kFloat || x.scalar_type() == torch::kDouble) && weight.is_contiguous();
 }
 
