@@ -194,7 +194,8 @@ TEST(Backbone, AttentionGradientsMatchFloat64Autograd) {
     const auto grads = gradients_of(y, qkv, probe);
 
     auto scores = torch::matmul(qkv64[0], qkv64[1].transpose(-2, -1)) / std::sqrt(static_cast<double>(D));
-    const auto visible = is_causal ? torch::ones({T, T}, torch::kBool).tril() : mask.value_or(torch::ones({T, T}, torch::kBool));
+    const auto all = torch::ones({T, T}, torch::kBool);
+    const auto visible = is_causal ? all.tril() : mask.value_or(all);
     scores = scores.masked_fill(visible.logical_not(), -INFINITY);
     const auto y64 = torch::matmul(torch::softmax(scores, -1), qkv64[2]);
     const auto ref = gradients_of(y64, qkv64, probe);
