@@ -3,10 +3,14 @@ BUILD_DIR ?= build
 JOBS ?= 2
 CMAKE_FLAGS ?=
 
-.PHONY: setup configure build test demo clean
+.PHONY: setup setup-python configure build test demo clean
 
 setup:
 	@bash tools/setup.sh
+
+# The reference packages (transformers, tokenizers, torch) tests compare against when present; see the README.
+setup-python:
+	@bash tools/setup_python.sh
 
 configure: setup
 	@cmake -S . -B $(BUILD_DIR) -DCMAKE_BUILD_TYPE=RelWithDebInfo $(CMAKE_FLAGS) > $(BUILD_DIR).configure.log 2>&1 \

@@ -21,6 +21,7 @@
 #include "core/errors.h"
 #include "core/module_weights.h"
 #include "core/platform.h"
+#include "core/prompt_format.h"
 #include "core/safetensors.h"
 #include "core/trainer.h"
 #include "models/model_dims.h"
@@ -249,15 +250,17 @@ nlohmann::json run_decode(const BenchArgs& a) {
 
 nlohmann::json run_rollout(const BenchArgs& a) {
   auto s = sampling_setup(a, "ar", 64 + a.new_tokens);
+  const PromptFormat format(default_config().chat, *s.ctx.tokenizer);  // eos, then the raw text, as the peer
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t p = 0; p < a.prompts; ++p)
-    prompts.push_back(encode_prompt(*s.ctx.tokenizer, fmt::format("What is {} + {}?\n", 17 * p + 3, 29 * p + 8)));
+    prompts.push_back(format.encode(fmt::format("What is {} + {}?\n", 17 * p + 3, 29 * p + 8)));
   auto padded = torch::full({a.prompts, 64}, -1, torch::kLong);
   for (int64_t p = 0; p < a.prompts; ++p)
     for (size_t i = 0; i < prompts[p].size(); ++i) padded[p][static_cast<int64_t>(i)] = prompts[p][i];
   share_model(a, *s.model, {{"prompts", padded}});
 
   RolloutOptions options;
+  options.end_ids = format.end_ids();
   options.group_size = a.group;
   options.seed = a.seed;
   options.max_new_tokens = 8;  // warmup

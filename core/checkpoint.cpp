@@ -139,7 +139,11 @@ void write_checkpoint_files(const fs::path& folder, const CheckpointData& data, 
   auto done = [&](const char* file) {
     if (after_file) after_file(file);
   };
-  write_safetensors(folder / kModelFile, data.model, {{"format", "pt"}});
+  if (data.model_planned.empty()) {
+    write_safetensors(folder / kModelFile, data.model, {{"format", "pt"}});
+  } else {
+    write_safetensors_streamed(folder / kModelFile, data.model_planned, {{"format", "pt"}});
+  }
   done(kModelFile);
   write_safetensors(folder / kOptimizerFile, data.optimizer);
   done(kOptimizerFile);

@@ -27,6 +27,7 @@ struct CheckpointData {
   int64_t step = 0;
   nlohmann::json state = nlohmann::json::object();  // the trainer's own keys; "step" and "files" are reserved
   NamedTensors model;
+  std::vector<PlannedTensor> model_planned;  // instead of `model`: produced one at a time while writing (import)
   NamedTensors optimizer;
   NamedTensors objective;  // empty for objectives without weights of their own
   std::string config_toml;

@@ -247,6 +247,9 @@ void validate(const Config& c) {
                                  m.moe_experts));
   check_residual_and_width(m);
   check_hidden_streams(m);
+  if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+    throw InputError(fmt::format("model.rope_high_freq_factor = {} must exceed model.rope_low_freq_factor = {}",
+                                 m.rope_high_freq_factor, m.rope_low_freq_factor));
   if (c.train.batch_size % c.train.grad_accum != 0)
     throw InputError(fmt::format("train.grad_accum = {} must divide train.batch_size = {}", c.train.grad_accum,
                                  c.train.batch_size));

@@ -28,6 +28,13 @@ struct ModelConfig {
   int64_t max_seq_len;
   double rope_theta;
   double norm_eps;
+  bool qk_norm;             // per-head RMSNorm of q and k before RoPE (Qwen3); Llama and Qwen2 have none
+  std::string attention_bias;  // none | qkv (Qwen2) | all (q, k, v and o; Llama's attention_bias)
+  std::string rope_scaling;    // none | linear | llama3 (models/rope.h)
+  double rope_scaling_factor;
+  double rope_low_freq_factor;   // llama3
+  double rope_high_freq_factor;  // llama3
+  int64_t rope_original_max_len; // llama3: the context the base frequencies were trained for
   bool tie_embeddings;
   std::string init;         // normal
   double init_std;
@@ -202,6 +209,14 @@ struct SampleConfig {
   std::string noise_removal;   // diffusion final step: ancestral | greedy | none
 };
 
+// How prompts are rendered for `sample` and RL (core/prompt_format.h): a chat model expects its own turn markers.
+struct ChatConfig {
+  std::string format;                    // raw | chatml | llama3
+  std::string system;                    // system message of the chat formats; empty: none
+  std::string prompt_start;              // eos | bos | none: the token a prompt starts from
+  std::vector<std::string> stop_tokens;  // texts of tokens that end a completion besides eos (<|im_end|>)
+};
+
 struct Config {
   RunConfig run;
   ModelConfig model;
@@ -213,6 +228,7 @@ struct Config {
   TrainConfig train;
   DistributedConfig distributed;
   SampleConfig sample;
+  ChatConfig chat;
   RlConfig rl;
   GflowrlConfig gflowrl;
   GrpoConfig grpo;

@@ -50,7 +50,10 @@ std::vector<FieldSpec> build_schema() {
                      "libtorch intra-op threads; 1 is fastest for small models on 2 cores (measured).")
           .range(1, 1024),
 
-      INKSTONE_FIELD(model, arch, "qwen3", "Backbone family.").one_of({"qwen3"}),
+      INKSTONE_FIELD(model, arch, "qwen3",
+                     "Backbone family, the Hugging Face architecture an export writes: qwen3 (q/k norm), qwen2 "
+                     "(q/k/v biases), llama, mistral. The blocks follow the keys below, not this name.")
+          .one_of({"qwen3", "qwen2", "llama", "mistral"}),
       INKSTONE_FIELD(model, vocab_size, int64_t{0}, "0: the tokenizer's vocabulary size.").at_least(0),
       INKSTONE_FIELD(model, d_model, int64_t{256}, "Residual stream width.").range(8, 65536),
       INKSTONE_FIELD(model, n_layers, int64_t{4}, "Number of blocks.").range(1, 1024),
@@ -63,6 +66,21 @@ std::vector<FieldSpec> build_schema() {
           .range(1, 1 << 20),
       INKSTONE_FIELD(model, rope_theta, 10000.0, "RoPE base (Qwen3 uses 1e6 at long context).").range(1, inf),
       INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").range(0, 1),
+      INKSTONE_FIELD(model, qk_norm, true, "Per-head RMSNorm of q and k before RoPE (Qwen3; Llama and Qwen2 have none)."),
+      INKSTONE_FIELD(model, attention_bias, "none",
+                     "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
+          .one_of({"none", "qkv", "all"}),
+      INKSTONE_FIELD(model, rope_scaling, "none",
+                     "RoPE frequency scaling: none, linear (positions / factor) or llama3 (long wavelengths / factor, "
+                     "short ones kept, a smooth blend between).")
+          .one_of({"none", "linear", "llama3"}),
+      INKSTONE_FIELD(model, rope_scaling_factor, 1.0, "linear, llama3: the scaling factor.").range(1, 1e6),
+      INKSTONE_FIELD(model, rope_low_freq_factor, 1.0, "llama3: wavelengths above original_max_len / this are scaled.")
+          .range(1e-6, 1e6),
+      INKSTONE_FIELD(model, rope_high_freq_factor, 4.0, "llama3: wavelengths below original_max_len / this are kept.")
+          .range(1e-6, 1e6),
+      INKSTONE_FIELD(model, rope_original_max_len, int64_t{8192}, "llama3: the context the base frequencies served.")
+          .range(1, 1 << 24),
       INKSTONE_FIELD(model, tie_embeddings, true, "Share the token embedding with the output head."),
       INKSTONE_FIELD(model, init, "normal", "Weight init scheme: normal (fixed init_std) or gamma "
                      "(std = fan_in^-gamma).").one_of({"normal", "gamma"}),
@@ -227,6 +245,18 @@ std::vector<FieldSpec> build_schema() {
           .one_of({"ancestral", "confidence"}),
       INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
           .one_of({"ancestral", "greedy", "none"}),
+
+      INKSTONE_FIELD(chat, format, "raw",
+                     "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "
+                     "Qwen) or llama3 (<|start_header_id|>user<|end_header_id|> ...).")
+          .one_of({"raw", "chatml", "llama3"}),
+      INKSTONE_FIELD(chat, system, "", "System message of the chat formats; empty: none."),
+      INKSTONE_FIELD(chat, prompt_start, "eos",
+                     "The token before a prompt: eos (models pretrained here on eos-separated documents), bos "
+                     "(Llama), or none (Qwen).")
+          .one_of({"eos", "bos", "none"}),
+      INKSTONE_FIELD(chat, stop_tokens, Strings{},
+                     "Texts of tokens that end a completion besides eos, e.g. [\"<|im_end|>\"]."),
 
       INKSTONE_FIELD(rl, init_checkpoint, "", "Checkpoint or run folder the policy and the reference start from."),
       INKSTONE_FIELD(rl, task, "arithmetic", "Prompt source and verifier (rl/task.h).")

@@ -1,6 +1,7 @@
 #include "core/safetensors.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -57,6 +58,12 @@ struct Entry {
   uint64_t end;
 };
 
+struct Layout {
+  std::vector<Entry> entries;  // in file order
+  std::map<std::string, std::string> metadata;
+  uint64_t data_start = 0;
+};
+
 class Reader {
  public:
   explicit Reader(const std::filesystem::path& path) : path_(path) {}
@@ -66,9 +73,8 @@ class Reader {
     throw InputError(path_.string() + ": " + fmt::format(format, std::forward<Args>(args)...));
   }
 
-  SafetensorsFile read() {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) fail("cannot open the file");
+  // Reads and validates the length, header and layout; the data section starts at the returned offset.
+  Layout read_layout(std::ifstream& in) {
     in.seekg(0, std::ios::end);
     const uint64_t file_size = static_cast<uint64_t>(in.tellg());
     in.seekg(0);
@@ -83,16 +89,34 @@ class Reader {
 
     std::string header(header_size, '\0');
     in.read(header.data(), static_cast<std::streamsize>(header_size));
-    SafetensorsFile result;
-    std::vector<Entry> entries = parse_header(header, result.metadata);
-    check_layout(entries, file_size - 8 - header_size);
+    Layout layout;
+    layout.entries = parse_header(header, layout.metadata);
+    check_layout(layout.entries, file_size - 8 - header_size);
+    layout.data_start = 8 + header_size;
+    return layout;
+  }
 
-    for (const Entry& e : entries) {
-      torch::Tensor tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
-      in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
-      if (static_cast<uint64_t>(in.gcount()) != e.end - e.begin) fail("truncated data in tensor '{}'", e.name);
-      result.tensors.emplace_back(e.name, std::move(tensor));
-    }
+  std::ifstream open() const {
+    std::ifstream in(path_, std::ios::binary);
+    if (!in) fail("cannot open the file");
+    return in;
+  }
+
+  // One tensor's bytes, read at its offset into a new tensor.
+  torch::Tensor read_entry(std::ifstream& in, const Entry& e, uint64_t data_start) const {
+    torch::Tensor tensor = torch::empty(e.shape, torch::TensorOptions().dtype(e.type));
+    in.seekg(static_cast<std::streamoff>(data_start + e.begin));
+    in.read(static_cast<char*>(tensor.data_ptr()), static_cast<std::streamsize>(e.end - e.begin));
+    if (static_cast<uint64_t>(in.gcount()) != e.end - e.begin) fail("truncated data in tensor '{}'", e.name);
+    return tensor;
+  }
+
+  SafetensorsFile read() {
+    std::ifstream in = open();
+    const Layout layout = read_layout(in);
+    SafetensorsFile result;
+    result.metadata = layout.metadata;
+    for (const Entry& e : layout.entries) result.tensors.emplace_back(e.name, read_entry(in, e, layout.data_start));
     return result;
   }
 
@@ -180,30 +204,25 @@ class Reader {
 
 }  // namespace
 
-void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
-                       const std::map<std::string, std::string>& metadata) {
-  std::vector<std::pair<std::string, torch::Tensor>> sorted;
-  sorted.reserve(tensors.size());
-  for (const auto& [name, tensor] : tensors) {
-    if (name == "__metadata__") throw std::invalid_argument("safetensors: '__metadata__' is not a tensor name");
-    if (!dtype_name(tensor.scalar_type()))
-      throw std::invalid_argument(fmt::format("safetensors: tensor '{}' has unsupported dtype {}", name,
-                                              c10::toString(tensor.scalar_type())));
-    sorted.emplace_back(name, tensor.detach().to(torch::kCPU).contiguous());
+void write_safetensors_streamed(const std::filesystem::path& path, std::vector<PlannedTensor> tensors,
+                                const std::map<std::string, std::string>& metadata) {
+  for (const auto& t : tensors) {
+    if (t.name == "__metadata__") throw std::invalid_argument("safetensors: '__metadata__' is not a tensor name");
+    if (!dtype_name(t.dtype))
+      throw std::invalid_argument(
+          fmt::format("safetensors: tensor '{}' has unsupported dtype {}", t.name, c10::toString(t.dtype)));
   }
-  std::sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  for (size_t i = 1; i < sorted.size(); ++i)
-    if (sorted[i].first == sorted[i - 1].first)
-      throw std::invalid_argument(fmt::format("safetensors: tensor name '{}' appears twice", sorted[i].first));
+  std::sort(tensors.begin(), tensors.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+  for (size_t i = 1; i < tensors.size(); ++i)
+    if (tensors[i].name == tensors[i - 1].name)
+      throw std::invalid_argument(fmt::format("safetensors: tensor name '{}' appears twice", tensors[i].name));
 
   nlohmann::json header = nlohmann::json::object();
   if (!metadata.empty()) header["__metadata__"] = metadata;
   uint64_t offset = 0;
-  for (const auto& [name, tensor] : sorted) {
-    const uint64_t bytes = tensor.numel() * tensor.element_size();
-    header[name] = {{"dtype", dtype_name(tensor.scalar_type())},
-                    {"shape", tensor.sizes().vec()},
-                    {"data_offsets", {offset, offset + bytes}}};
+  for (const auto& t : tensors) {
+    const uint64_t bytes = planned_bytes(t);
+    header[t.name] = {{"dtype", dtype_name(t.dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   std::string header_text = header.dump();
@@ -215,8 +234,53 @@ void write_safetensors(const std::filesystem::path& path, const NamedTensors& te
   AtomicFile file(path);
   file.write(length_bytes.data(), length_bytes.size());
   file.write(header_text);
-  for (const auto& [name, tensor] : sorted) file.write(tensor.data_ptr(), tensor.numel() * tensor.element_size());
+  for (const auto& t : tensors) {
+    const torch::Tensor tensor = t.produce().detach().to(torch::kCPU).contiguous();
+    if (tensor.scalar_type() != t.dtype || tensor.sizes().vec() != t.shape)
+      throw std::logic_error(fmt::format("safetensors: tensor '{}' was planned as {} {} but produced {} {}", t.name,
+                                         c10::toString(t.dtype), fmt::join(t.shape, "x"),
+                                         c10::toString(tensor.scalar_type()), fmt::join(tensor.sizes(), "x")));
+    file.write(tensor.data_ptr(), tensor.numel() * tensor.element_size());
+  }
   file.commit();
+}
+
+uint64_t planned_bytes(const PlannedTensor& tensor) {
+  uint64_t bytes = c10::elementSize(tensor.dtype);
+  for (int64_t size : tensor.shape) bytes *= static_cast<uint64_t>(size);
+  return bytes;
+}
+
+void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
+                       const std::map<std::string, std::string>& metadata) {
+  std::vector<PlannedTensor> planned;
+  planned.reserve(tensors.size());
+  for (const auto& [name, tensor] : tensors)
+    planned.push_back({name, tensor.scalar_type(), tensor.sizes().vec(), [tensor] { return tensor; }});
+  write_safetensors_streamed(path, std::move(planned), metadata);
+}
+
+SafetensorsReader::SafetensorsReader(const std::filesystem::path& path) : path_(path) {
+  Reader reader(path);
+  std::ifstream in = reader.open();
+  const Layout layout = reader.read_layout(in);
+  data_start_ = layout.data_start;
+  metadata_ = layout.metadata;
+  for (const Entry& e : layout.entries) entries_.push_back({e.name, e.type, e.shape, e.begin, e.end});
+}
+
+const SafetensorsReader::TensorInfo* SafetensorsReader::find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return &e;
+  return nullptr;
+}
+
+torch::Tensor SafetensorsReader::read(const std::string& name) const {
+  const TensorInfo* info = find(name);
+  if (!info) throw InputError(fmt::format("{}: has no tensor '{}'", path_.string(), name));
+  Reader reader(path_);
+  std::ifstream in = reader.open();
+  return reader.read_entry(in, {info->name, info->dtype, info->shape, info->begin, info->end}, data_start_);
 }
 
 SafetensorsFile read_safetensors(const std::filesystem::path& path) { return Reader(path).read(); }

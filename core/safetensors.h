@@ -4,6 +4,7 @@
 // little-endian tensor bytes, each tensor at [begin, end) of the data section, packed without gaps.
 #pragma once
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <string>
 #include <utility>
@@ -26,9 +27,49 @@ struct SafetensorsFile {
 void write_safetensors(const std::filesystem::path& path, const NamedTensors& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A tensor to be written without holding every tensor in memory: its dtype and shape go into the header first,
+// then `produce` is called once, in name order, and must return exactly that dtype and shape.
+struct PlannedTensor {
+  std::string name;
+  torch::ScalarType dtype;
+  std::vector<int64_t> shape;
+  std::function<torch::Tensor()> produce;
+};
+uint64_t planned_bytes(const PlannedTensor& tensor);
+
+// write_safetensors for planned tensors: peak memory is one produced tensor (the import of a large checkpoint).
+void write_safetensors_streamed(const std::filesystem::path& path, std::vector<PlannedTensor> tensors,
+                                const std::map<std::string, std::string>& metadata = {});
+
 // Reads and validates the whole file; any defect (too short, header length past the end, invalid JSON, unknown
 // dtype, offsets out of range, overlapping, leaving gaps or disagreeing with the shape, truncated data) is an
 // InputError of one line that starts with the file's path.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);
+
+// The header of a file, validated as read_safetensors does, and one tensor at a time read on demand: a caller
+// that converts and writes tensor by tensor never holds the whole file.
+class SafetensorsReader {
+ public:
+  struct TensorInfo {
+    std::string name;
+    torch::ScalarType dtype;
+    std::vector<int64_t> shape;
+    uint64_t begin, end;  // in the data section
+  };
+  explicit SafetensorsReader(const std::filesystem::path& path);
+  const std::vector<TensorInfo>& tensors() const { return entries_; }
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+  const std::filesystem::path& path() const { return path_; }
+  // nullptr when the file has no such tensor.
+  const TensorInfo* find(const std::string& name) const;
+  // A new CPU tensor with the bytes of `name`; an InputError naming the file when it is absent or truncated.
+  torch::Tensor read(const std::string& name) const;
+
+ private:
+  std::filesystem::path path_;
+  uint64_t data_start_ = 0;
+  std::map<std::string, std::string> metadata_;
+  std::vector<TensorInfo> entries_;
+};
 
 }  // namespace inkstone

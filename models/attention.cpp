@@ -8,8 +8,8 @@
 namespace inkstone {
 namespace {
 
-torch::nn::Linear linear_no_bias(int64_t in, int64_t out) {
-  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(false));
+torch::nn::Linear linear(int64_t in, int64_t out, bool bias) {
+  return torch::nn::Linear(torch::nn::LinearOptions(in, out).bias(bias));
 }
 
 // [B, T, H·h_d] -> [B, T, H, h_d]
@@ -26,12 +26,16 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
       head_dim_(resolved_head_dim(config)),
       qkv_conv_after_norm_(config.qkv_conv_position == "after_norm") {
   TORCH_CHECK(n_heads_ % n_kv_heads_ == 0, "n_kv_heads must divide n_heads");
-  q_proj = register_module("q_proj", linear_no_bias(config.d_model, n_heads_ * head_dim_));
-  k_proj = register_module("k_proj", linear_no_bias(config.d_model, n_kv_heads_ * head_dim_));
-  v_proj = register_module("v_proj", linear_no_bias(config.d_model, n_kv_heads_ * head_dim_));
-  o_proj = register_module("o_proj", linear_no_bias(n_heads_ * head_dim_, config.d_model));
-  q_norm = register_module("q_norm", RMSNorm(head_dim_, config.norm_eps));
-  k_norm = register_module("k_norm", RMSNorm(head_dim_, config.norm_eps));
+  const bool qkv_bias = config.attention_bias != "none";
+  const bool o_bias = config.attention_bias == "all";
+  q_proj = register_module("q_proj", linear(config.d_model, n_heads_ * head_dim_, qkv_bias));
+  k_proj = register_module("k_proj", linear(config.d_model, n_kv_heads_ * head_dim_, qkv_bias));
+  v_proj = register_module("v_proj", linear(config.d_model, n_kv_heads_ * head_dim_, qkv_bias));
+  o_proj = register_module("o_proj", linear(n_heads_ * head_dim_, config.d_model, o_bias));
+  if (config.qk_norm) {
+    q_norm = register_module("q_norm", RMSNorm(head_dim_, config.norm_eps));
+    k_norm = register_module("k_norm", RMSNorm(head_dim_, config.norm_eps));
+  }
   if (config.qkv_conv) {
     const std::array<int64_t, 3> widths = {n_heads_ * head_dim_, n_kv_heads_ * head_dim_, n_kv_heads_ * head_dim_};
     qkv_conv = register_module("qkv_conv", QkvConv(widths, config.qkv_conv_kernel, layer_index));
@@ -43,8 +47,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
   const bool conv = !qkv_conv.is_empty();
   if (conv && !qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
   // QK-norm normalises each head over its h_d coordinates.
-  qkv[0] = q_norm(per_head(qkv[0], n_heads_, head_dim_)).flatten(2);
-  qkv[1] = k_norm(per_head(qkv[1], n_kv_heads_, head_dim_)).flatten(2);
+  if (!q_norm.is_empty()) {
+    qkv[0] = q_norm(per_head(qkv[0], n_heads_, head_dim_)).flatten(2);
+    qkv[1] = k_norm(per_head(qkv[1], n_kv_heads_, head_dim_)).flatten(2);
+  }
   if (conv && qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
 
   // [B, H, T, h_d] for SDPA.

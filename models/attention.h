@@ -1,6 +1,7 @@
 // Grouped-query self-attention with per-head QK RMSNorm before RoPE (Qwen3; backbones.md §1):
 //   q, k, v = W_q u, W_k u, W_v u;  q, k ← RoPE(RMSNorm(q)), RoPE(RMSNorm(k));  W_o · softmax(q kᵀ/√h_d + mask) v
-// Query head h reads KV head ⌊h·n_kv/n_q⌋. No biases. Optionally a depthwise residual conv over time on [q | k | v]
+// Query head h reads KV head ⌊h·n_kv/n_q⌋. Biases on q, k, v (Qwen2) or on all four projections (Llama's
+// attention_bias) by ModelConfig::attention_bias; the QK-norm can be off (Llama, Qwen2). Optionally a depthwise residual conv over time on [q | k | v]
 // before RoPE (qkv_conv.h), before or after the QK-norm.
 #pragma once
 #include <torch/nn/module.h>
@@ -22,7 +23,7 @@ class AttentionImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
-  RMSNorm q_norm{nullptr}, k_norm{nullptr};
+  RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with ModelConfig::qk_norm
   QkvConv qkv_conv{nullptr};  // only with ModelConfig::qkv_conv
 
  private:

@@ -19,7 +19,8 @@ std::vector<AttentionContext> contexts_per_layer(const AttentionContext& shared,
   std::vector<AttentionContext> contexts(widths.size(), shared);
   for (size_t i = 0; i < widths.size(); ++i)
     if (widths[i] != config.d_model)
-      contexts[i].rope = rope_table(positions, widths[i] / config.n_heads, config.rope_theta);
+      contexts[i].rope =
+          rope_table(positions, widths[i] / config.n_heads, config.rope_theta, resolved_rope_scaling(config));
   return contexts;
 }
 
@@ -126,7 +127,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   const auto padding = streams_.slot_flags(args.key_padding);
   const auto key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
   const AttentionContext context{
-      rope_table(positions, resolved_head_dim(config_), config_.rope_theta),
+      rope_table(positions, resolved_head_dim(config_), config_.rope_theta, resolved_rope_scaling(config_)),
       make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device()), args.cache,
       args.mask, padding};
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
@@ -221,7 +222,6 @@ double LanguageModelImpl::forward_flops_per_token(int64_t context) const {
 }
 
 LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_vocab_size) {
-  if (config.arch != "qwen3") throw InputError(fmt::format("model.arch = '{}' is not known (qwen3)", config.arch));
   const int64_t vocab_size = config.vocab_size > 0 ? config.vocab_size : tokenizer_vocab_size;
   if (vocab_size < tokenizer_vocab_size) {
     throw InputError(fmt::format("model.vocab_size = {} is smaller than the tokenizer's {}", vocab_size,

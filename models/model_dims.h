@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/config.h"
+#include "models/rope.h"
 
 namespace inkstone {
 
@@ -16,6 +17,11 @@ inline int64_t resolved_ffn_dim(const ModelConfig& config) {
   if (config.ffn_dim > 0) return config.ffn_dim;
   const int64_t two_thirds_of_4d = (8 * config.d_model + 2) / 3;
   return (two_thirds_of_4d + 63) / 64 * 64;
+}
+
+inline RopeScaling resolved_rope_scaling(const ModelConfig& config) {
+  return {config.rope_scaling, config.rope_scaling_factor, config.rope_low_freq_factor, config.rope_high_freq_factor,
+          config.rope_original_max_len};
 }
 
 }  // namespace inkstone

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <set>
 
+#include "core/prompt_format.h"
+
 namespace inkstone {
 
 double pass_at_k(int64_t n, int64_t c, int64_t k) {
@@ -18,6 +20,9 @@ std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokeni
                                               const PolicyEvalOptions& options) {
   const int64_t end = std::min(options.first_problem + options.problems, problems.size());
   const int64_t n = options.rollout.group_size;
+  const PromptFormat format(options.chat, tokenizer);
+  RolloutOptions rollout = options.rollout;
+  rollout.end_ids = format.end_ids();
   std::vector<int64_t> correct_per_problem;
   double distinct_correct = 0, distinct_completions = 0, unparsed = 0;
   for (int64_t first = options.first_problem; first < end; first += options.prompts_per_batch) {
@@ -26,9 +31,9 @@ std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokeni
     std::vector<std::vector<int32_t>> ids;
     for (int64_t p = first; p < last; ++p) {
       prompts.push_back(problems.get(p));
-      ids.push_back(encode_prompt(tokenizer, prompts.back().text));
+      ids.push_back(format.encode(prompts.back().text));
     }
-    const Rollouts rollouts = generate_rollouts(model, tokenizer, ids, options.rollout);
+    const Rollouts rollouts = generate_rollouts(model, tokenizer, ids, rollout);
     for (size_t p = 0; p < prompts.size(); ++p) {
       int64_t correct = 0;
       std::set<std::string> answers, completions;

@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "core/config.h"
 #include "core/tokenizer.h"
 #include "models/language_model.h"
 #include "rl/task.h"
@@ -21,7 +22,8 @@ struct PolicyEvalOptions {
   int64_t problems = 64;          // `problems` of the source from first_problem on, the same ones every time
   int64_t first_problem = 0;
   int64_t prompts_per_batch = 16;
-  RolloutOptions rollout;         // group_size is the k samples per problem
+  RolloutOptions rollout;         // group_size is the k samples per problem; end_ids come from `chat`
+  ChatConfig chat;                // how problems are rendered (core/prompt_format.h)
 };
 
 // pass@1, pass@k for k = 2, 4, ... up to the sample count, mean distinct correct answers and distinct

@@ -19,6 +19,7 @@
 #include "core/module_weights.h"
 #include "core/optimizer_state.h"
 #include "core/progress.h"
+#include "core/prompt_format.h"
 #include "core/rng_state.h"
 #include "core/trainer.h"
 #include "models/auxiliary.h"
@@ -147,6 +148,7 @@ PolicyEvalOptions policy_eval_options(const Config& config) {
   options.rollout.sampling.temperature = config.rl.eval_temperature;
   options.rollout.seed = config.run.seed;
   options.rollout.stop = config.rl.stop;
+  options.chat = config.chat;
   return options;
 }
 
@@ -243,8 +245,10 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
   const auto prompts = draw_prompts(*train_problems_, static_cast<uint64_t>(config_.run.seed), step, rank,
                                     rank_prompts());
   std::vector<std::vector<int32_t>> ids;
-  for (const auto& p : prompts) ids.push_back(encode_prompt(*tokenizer_, p.text));
+  const PromptFormat format(config_.chat, *tokenizer_);
+  for (const auto& p : prompts) ids.push_back(format.encode(p.text));
   RolloutOptions options;
+  options.end_ids = format.end_ids();
   options.group_size = group;
   options.max_new_tokens = rl.max_new_tokens;
   options.sampling.temperature = rl.temperature;

@@ -59,9 +59,10 @@ PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int64_t n
           lengths.to(device)};
 }
 
-// Cuts each row after its first eos or its stop step and turns it into a sample.
+// Cuts each row after its first end id or its stop step and turns it into a sample.
 std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& log_probs, int64_t steps,
-                              int64_t num_samples, int64_t eos_id, const std::vector<int64_t>& stop_steps) {
+                              int64_t num_samples, const std::vector<int32_t>& end_ids,
+                              const std::vector<int64_t>& stop_steps) {
   const auto host_tokens = tokens.narrow(1, 0, steps).cpu();
   const auto host_log_probs = log_probs.narrow(1, 0, steps).cpu();
   const auto t = host_tokens.accessor<int64_t, 2>();
@@ -73,7 +74,7 @@ std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& 
     for (int64_t i = 0; i < steps; ++i) {
       sample.tokens.push_back(static_cast<int32_t>(t[r][i]));
       sample.log_probs.push_back(lp[r][i]);
-      if (t[r][i] == eos_id) {
+      if (std::find(end_ids.begin(), end_ids.end(), t[r][i]) != end_ids.end()) {
         sample.finish = FinishReason::eos;
         break;
       }
@@ -167,8 +168,8 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
     drawn_log_probs.select(1, steps).copy_(draw.log_probs);
     if (stops.active()) stops.update(draw.tokens, steps, finished);
     ++steps;
-    if (options.eos_id >= 0) finished |= draw.tokens == options.eos_id;
-    if ((options.eos_id >= 0 || stops.active()) && finished.all().item<bool>()) break;
+    for (const int32_t end_id : options.end_ids) finished |= draw.tokens == end_id;
+    if ((!options.end_ids.empty() || stops.active()) && finished.all().item<bool>()) break;
     if (steps == max_new) break;
 
     const auto token = draw.tokens.unsqueeze(1);
@@ -186,7 +187,8 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   }
 
   ArSampleResult result;
-  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.eos_id, stops.stop_steps());
+  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.end_ids,
+                           stops.stop_steps());
   for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);

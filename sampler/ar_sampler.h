@@ -16,7 +16,8 @@ struct ArSampleOptions {
   int64_t max_new_tokens = 128;
   SamplingParams sampling;
   int64_t seed = 0;           // same seed, same model, same device: same samples
-  int64_t eos_id = -1;        // a row stops after drawing it; −1: rows run to max_new_tokens
+  std::vector<int32_t> end_ids;  // a row stops after drawing any of these (eos, a chat model's end of turn); none:
+                                 // rows run to max_new_tokens
   bool use_kv_cache = true;   // false: recompute the whole sequence every step (benchmark baseline)
   // Called on a row's generated tokens after each draw; true ends that row there (e.g. a stop string in the
   // decoded tail). Unset: no host copy per step.
@@ -28,7 +29,7 @@ std::string to_string(FinishReason reason);
 
 struct ArSample {
   int64_t prompt_index = 0;
-  std::vector<int32_t> tokens;   // generated ids without the prompt; ends with eos (finish == eos) or with the
+  std::vector<int32_t> tokens;   // generated ids without the prompt; ends with an end id (finish == eos) or with the
                                  // token that made stop_when true (finish == stop)
   std::vector<float> log_probs;  // of each token under the sampling distribution (0 for greedy)
   FinishReason finish = FinishReason::length;

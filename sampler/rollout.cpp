@@ -23,13 +23,6 @@ std::function<bool(const std::vector<int32_t>&)> stop_string_check(const Tokeniz
 
 }  // namespace
 
-std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text) {
-  std::vector<int32_t> ids = {tokenizer.specials().eos};
-  const auto body = tokenizer.encode(text);
-  ids.insert(ids.end(), body.begin(), body.end());
-  return ids;
-}
-
 Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
                            const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
                            int64_t first_group) {
@@ -38,7 +31,7 @@ Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
   sample.max_new_tokens = options.max_new_tokens;
   sample.sampling = options.sampling;
   sample.seed = options.seed;
-  sample.eos_id = tokenizer.specials().eos;
+  sample.end_ids = options.end_ids;
   sample.stop_when = stop_string_check(tokenizer, options.stop);
   const ArSampleResult result = sample_autoregressive(model, prompts, sample);
 

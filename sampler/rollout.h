@@ -18,6 +18,7 @@ struct RolloutOptions {
   SamplingParams sampling;
   int64_t seed = 0;
   std::vector<std::string> stop;  // a completion ends after the first of these appears in its decoded text
+  std::vector<int32_t> end_ids;   // ... or after drawing one of these ids (PromptFormat::end_ids: eos, end of turn)
 };
 
 struct Rollouts {
@@ -32,12 +33,8 @@ struct Rollouts {
   double tokens_per_s = 0;
 };
 
-// A prompt's token ids: eos, then the text. Packed pretraining windows run across documents that each end in
-// eos and never hold bos, so eos is the context a document starts from (for GPT-2-style tokenizers bos = eos).
-std::vector<int32_t> encode_prompt(const Tokenizer& tokenizer, const std::string& text);
-
 // Prompts are token ids (non-empty). Group ids are first_group + prompt index, so batches drawn at different
-// times never share one. Completions end at the tokenizer's eos, a stop string, or max_new_tokens.
+// times never share one. Completions end at an end id, a stop string, or max_new_tokens.
 Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
                            const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
                            int64_t first_group = 0);

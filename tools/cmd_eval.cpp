@@ -1,12 +1,17 @@
 // `inkstone eval --checkpoint PATH | --run-dir DIR [--data DIR] [--split val] [--format text|json]`
+// `inkstone eval --checkpoint PATH --token-ids FILE --dump-logits OUT`: the logits of given ids, to hold a
+// checkpoint against another implementation (transformers) position by position.
 // `inkstone eval --run-dir DIR --task arithmetic [--difficulty 2] [--problems 64] [--samples 8] ...`: held-out
 // pass@k of a policy on a task, with the run's rl.* settings as defaults.
 #include <fmt/format.h>
 
+#include <fstream>
 #include <map>
 #include <optional>
+#include <sstream>
 
 #include "core/errors.h"
+#include "core/safetensors.h"
 #include "core/trainer.h"
 #include "rl/rl_trainer.h"
 #include "tools/commands.h"
@@ -27,7 +32,75 @@ struct EvalOptions {
   std::string task_path;
   std::optional<int64_t> difficulty, problems, samples, max_new_tokens;
   std::optional<double> temperature;
+  std::string token_ids;
+  std::string dump_logits;
 };
+
+// One sequence per line, ids separated by spaces or commas; or a JSON array of arrays. Rows must be equally long.
+torch::Tensor read_token_ids(const std::string& path, int64_t vocab_size) {
+  std::ifstream in(path);
+  if (!in) throw InputError(fmt::format("{}: cannot open the file", path));
+  std::stringstream text;
+  text << in.rdbuf();
+  std::vector<std::vector<int64_t>> rows;
+  const std::string content = text.str();
+  const size_t first = content.find_first_not_of(" \t\r\n");
+  if (first != std::string::npos && content[first] == '[') {
+    try {
+      rows = nlohmann::json::parse(content).get<std::vector<std::vector<int64_t>>>();
+    } catch (const nlohmann::json::exception&) {
+      throw InputError(fmt::format("{}: not a JSON array of arrays of ids", path));
+    }
+  } else {
+    std::istringstream lines(content);
+    for (std::string line; std::getline(lines, line);) {
+      for (char& c : line)
+        if (c == ',') c = ' ';
+      std::istringstream ids(line);
+      std::vector<int64_t> row;
+      std::string word;
+      while (ids >> word) {
+        try {
+          size_t used = 0;
+          row.push_back(std::stoll(word, &used));
+          if (used != word.size()) throw std::invalid_argument(word);
+        } catch (const std::exception&) {
+          throw InputError(fmt::format("{}: '{}' is not a token id", path, word));
+        }
+      }
+      if (!row.empty()) rows.push_back(std::move(row));
+    }
+  }
+  if (rows.empty()) throw InputError(fmt::format("{}: holds no token ids", path));
+  for (const auto& row : rows) {
+    if (row.size() != rows[0].size())
+      throw InputError(fmt::format("{}: rows of {} and {} ids; every row must be as long", path, rows[0].size(),
+                                   row.size()));
+    for (int64_t id : row)
+      if (id < 0 || id >= vocab_size)
+        throw InputError(fmt::format("{}: id {} is outside the vocabulary of {}", path, id, vocab_size));
+  }
+  auto tokens = torch::empty({static_cast<int64_t>(rows.size()), static_cast<int64_t>(rows[0].size())}, torch::kLong);
+  for (size_t r = 0; r < rows.size(); ++r)
+    std::copy(rows[r].begin(), rows[r].end(), tokens[static_cast<int64_t>(r)].data_ptr<int64_t>());
+  return tokens;
+}
+
+int dump_logits(const EvalOptions& o) {
+  TrainedModel trained = load_trained_model(o.checkpoint, o.device);
+  if (trained.config.model.time_conditioning)
+    throw InputError("--dump-logits needs a model without time conditioning (it takes no noise level)");
+  const auto tokens = read_token_ids(o.token_ids, trained.model->vocab_size());
+  ForwardArgs args;
+  args.mask = trained.objective->needs().mask;
+  torch::NoGradGuard no_grad;
+  const auto logits = trained.model->forward(tokens.to(trained.device), args).logits.to(torch::kCPU);
+  write_safetensors(o.dump_logits, {{"input_ids", tokens}, {"logits", logits}});
+  fmt::print("wrote {}: logits [{}, {}, {}] (fp32) of {} at step {}, {} attention\n", o.dump_logits, logits.size(0),
+             logits.size(1), logits.size(2), o.checkpoint, trained.step,
+             args.mask == MaskMode::causal ? "causal" : "bidirectional");
+  return 0;
+}
 
 void print_metrics(const EvalOptions& o, const TrainedModel& trained, const std::string& what,
                    const std::map<std::string, double>& metrics) {
@@ -99,9 +172,17 @@ void add_eval_command(CLI::App& app, Action& action) {
   cmd->add_option("--samples", o->samples, "Samples per problem (k)")->needs(task)->check(CLI::Range(1, 4096));
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Longest completion")->needs(task)->check(CLI::PositiveNumber);
   cmd->add_option("--temperature", o->temperature, "Sampling temperature")->needs(task)->check(CLI::Range(1e-3, 100.0));
+  auto* ids = cmd->add_option("--token-ids", o->token_ids,
+                              "With --dump-logits: ids to score, one sequence per line (or a JSON array of arrays)");
+  auto* dump = cmd->add_option("--dump-logits", o->dump_logits,
+                               "Write the logits of --token-ids to this safetensors file (input_ids, logits)");
+  ids->needs(dump);
+  dump->needs(ids);
+  dump->excludes(task);
   cmd->callback([o, &action] {
     action = [o] {
       if (o->checkpoint.empty()) throw InputError("eval needs --checkpoint PATH or --run-dir DIR");
+      if (!o->dump_logits.empty()) return dump_logits(*o);
       return o->task.empty() ? eval(*o) : eval_task(*o);
     };
   });

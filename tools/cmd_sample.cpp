@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/prompt_format.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_sampler.h"
@@ -76,11 +77,12 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   options.sampling.top_k = o.top_k.value_or(defaults.top_k);
   options.sampling.top_p = o.top_p.value_or(defaults.top_p);
   options.seed = o.seed.value_or(defaults.seed);
-  options.eos_id = tokenizer.specials().eos;
+  const PromptFormat format(trained.config.chat, tokenizer);
+  options.end_ids = format.end_ids();
 
   const std::vector<std::string> prompts = read_prompts(o, defaults);
   std::vector<std::vector<int32_t>> prompt_ids;
-  for (const auto& text : prompts) prompt_ids.push_back(encode_prompt(tokenizer, text));
+  for (const auto& text : prompts) prompt_ids.push_back(format.encode(text));
 
   ArSampleResult result = sample_autoregressive(trained.model, prompt_ids, options);
   for (size_t i = 0; i < result.samples.size(); ++i) {

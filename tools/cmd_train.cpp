@@ -41,6 +41,12 @@ int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx
   TrainedModel init = load_trained_model(config.rl.init_checkpoint, device.str());
   set_threads(config.run.threads);
   config.model = init.config.model;  // the policy keeps the checkpoint's architecture
+  // ... and its prompt format (an imported chat model's chatml), unless this config sets [chat] itself.
+  const ChatConfig defaults = default_config().chat;
+  const ChatConfig& chat = config.chat;
+  if (chat.format == defaults.format && chat.system == defaults.system && chat.prompt_start == defaults.prompt_start &&
+      chat.stop_tokens == defaults.stop_tokens)
+    config.chat = init.config.chat;
   ctx.objective = make_objective(config, *init.tokenizer);  // sized for that architecture (FlowRL's log Z head)
   const bool main = distributed->is_main();
   if (main) {

@@ -20,5 +20,8 @@ void add_tokenizer_command(CLI::App& app, Action& action);
 // `convert`: a plain checkpoint wrapped with delta attention residuals (tools/cmd_convert.cpp).
 void add_convert_command(CLI::App& app, Action& action);
 void add_launch_command(CLI::App& app, Action& action);
+// `import hf` and `export hf`: Hugging Face model folders in and out (tools/cmd_import.cpp, tools/cmd_export.cpp).
+void add_import_command(CLI::App& app, Action& action);
+void add_export_command(CLI::App& app, Action& action);
 
 }  // namespace inkstone::cli

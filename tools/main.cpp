@@ -21,6 +21,8 @@ int main(int argc, char** argv) {
   cli::add_data_command(app, action);
   cli::add_tokenizer_command(app, action);
   cli::add_convert_command(app, action);
+  cli::add_import_command(app, action);
+  cli::add_export_command(app, action);
   cli::add_launch_command(app, action);
   cli::add_version_command(app, action);
 

@@ -18,6 +18,7 @@ RolloutOptions options(double temperature, std::vector<std::string> stop = {}) {
   o.sampling.temperature = temperature;
   o.seed = 4;
   o.stop = std::move(stop);
+  o.end_ids = {ByteTokenizer().specials().eos};
   return o;
 }
 

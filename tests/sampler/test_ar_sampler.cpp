@@ -149,16 +149,17 @@ TEST(ArSampler, LogProbsMatchFullForwardAndCacheDoesNotChangeDraws) {
   }
 }
 
-TEST(ArSampler, EosStopsEachRowAtItsFirstEos) {
+// Two end ids, as a chat model has (end of turn and end of text): a row ends at the first of either.
+TEST(ArSampler, EndIdsStopEachRowAtItsFirstEndId) {
   auto model = tiny_model();
   const auto free_run = sample_autoregressive(model, kPrompts, options(1.0, 9));
   auto o = options(1.0, 9);
-  o.eos_id = free_run.samples[0].tokens[2];
+  o.end_ids = {free_run.samples[0].tokens[2], free_run.samples[1].tokens[4]};
   const auto stopped = sample_autoregressive(model, kPrompts, o);
   int64_t total = 0;
   for (size_t r = 0; r < stopped.samples.size(); ++r) {
     const auto& full = free_run.samples[r].tokens;
-    const auto eos_at = std::find(full.begin(), full.end(), o.eos_id);
+    const auto eos_at = std::find_first_of(full.begin(), full.end(), o.end_ids.begin(), o.end_ids.end());
     const std::vector<int32_t> expected(full.begin(), eos_at == full.end() ? full.end() : eos_at + 1);
     EXPECT_EQ(stopped.samples[r].tokens, expected) << "row " << r;
     EXPECT_EQ(stopped.samples[r].finish, eos_at == full.end() ? FinishReason::length : FinishReason::eos);
