@@ -1,6 +1,7 @@
 #include "core/pretokenizer.h"
 
 #include <array>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -72,34 +73,6 @@ std::optional<std::string> from_byte_level(std::string_view text) {
   return out;
 }
 
-size_t utf8_sequence_length(std::string_view text, size_t pos) {
-  auto at = [&](size_t i) { return static_cast<uint8_t>(text[i]); };
-  const uint8_t c0 = at(pos);
-  if (c0 < 0x80) return 1;
-  size_t length = 0;
-  uint32_t min_code_point = 0;
-  uint32_t code_point = 0;
-  if ((c0 & 0xE0) == 0xC0) {
-    length = 2, min_code_point = 0x80, code_point = c0 & 0x1F;
-  } else if ((c0 & 0xF0) == 0xE0) {
-    length = 3, min_code_point = 0x800, code_point = c0 & 0x0F;
-  } else if ((c0 & 0xF8) == 0xF0) {
-    length = 4, min_code_point = 0x10000, code_point = c0 & 0x07;
-  } else {
-    return 0;
-  }
-  if (pos + length > text.size()) return 0;
-  for (size_t k = 1; k < length; ++k) {
-    const uint8_t c = at(pos + k);
-    if ((c & 0xC0) != 0x80) return 0;
-    code_point = (code_point << 6) | (c & 0x3F);
-  }
-  if (code_point < min_code_point || code_point > 0x10FFFF || (code_point >= 0xD800 && code_point <= 0xDFFF)) {
-    return 0;
-  }
-  return length;
-}
-
 PreTokenizer::PreTokenizer(std::string pattern) : pattern_(std::move(pattern)) {
   int error = 0;
   PCRE2_SIZE error_offset = 0;
@@ -135,13 +108,12 @@ void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& p
   pcre2_match_data_free(match);
 }
 
-void PreTokenizer::split_valid(std::string_view run, pcre2_match_data* match,
-                               std::vector<std::string_view>& pieces) const {
+template <typename OnMatch>
+void PreTokenizer::for_each_match(std::string_view run, pcre2_match_data* match, OnMatch&& on_match) const {
   const auto* subject = reinterpret_cast<PCRE2_SPTR>(run.data());
-  size_t gap_start = 0;
   size_t offset = 0;
   while (offset < run.size()) {
-    // The run was validated above, so PCRE2 need not re-check it on every call (that would be quadratic).
+    // The run was validated by the caller, so PCRE2 need not re-check it on every call (that would be quadratic).
     const int found = pcre2_match(code_, subject, run.size(), offset, PCRE2_NO_UTF_CHECK, match, nullptr);
     if (found < 0) break;
     const PCRE2_SIZE* ovector = pcre2_get_ovector_pointer(match);
@@ -152,11 +124,183 @@ void PreTokenizer::split_valid(std::string_view run, pcre2_match_data* match,
       offset = start + utf8_sequence_length(run, start);
       continue;
     }
+    on_match(start, end);
+    offset = end;
+  }
+}
+
+void PreTokenizer::split_valid(std::string_view run, pcre2_match_data* match,
+                               std::vector<std::string_view>& pieces) const {
+  size_t gap_start = 0;
+  for_each_match(run, match, [&](size_t start, size_t end) {
     if (start > gap_start) pieces.push_back(run.substr(gap_start, start - gap_start));
     pieces.push_back(run.substr(start, end - start));
-    gap_start = offset = end;
-  }
+    gap_start = end;
+  });
   if (gap_start < run.size()) pieces.push_back(run.substr(gap_start));
+}
+
+std::string PreTokenizer::replace_all(std::string_view text, std::string_view content) const {
+  pcre2_match_data* match = pcre2_match_data_create_from_pattern(code_, nullptr);
+  std::string out = map_valid_runs(text, [&](std::string_view run) {
+    std::string replaced;
+    size_t kept_from = 0;
+    for_each_match(run, match, [&](size_t start, size_t end) {
+      replaced.append(run.substr(kept_from, start - kept_from)).append(content);
+      kept_from = end;
+    });
+    return replaced.append(run.substr(kept_from));
+  });
+  pcre2_match_data_free(match);
+  return out;
+}
+
+namespace {
+
+using nlohmann::json;
+
+bool json_flag(const json& object, const char* key, bool fallback) {
+  auto it = object.find(key);
+  return it == object.end() || it->is_null() ? fallback : it->get<bool>();
+}
+
+class RegexSplitStep final : public PreTokenizerStep {
+ public:
+  explicit RegexSplitStep(std::string pattern) : regex_(std::move(pattern)) {}
+  void apply(std::string_view piece, bool, std::vector<std::string_view>& out,
+             std::deque<std::string>&) const override {
+    regex_.split(piece, out);
+  }
+
+ private:
+  PreTokenizer regex_;
+};
+
+// ByteLevel's add_prefix_space: a piece that does not start with a space gets one.
+class PrefixSpaceStep final : public PreTokenizerStep {
+ public:
+  void apply(std::string_view piece, bool, std::vector<std::string_view>& out,
+             std::deque<std::string>& storage) const override {
+    if (piece[0] == ' ') {
+      out.push_back(piece);
+      return;
+    }
+    storage.push_back(" ");
+    out.push_back(storage.back().append(piece));
+  }
+};
+
+// SentencePiece's whitespace marker: spaces become the replacement (U+2581 "▁"), which is prepended by the scheme
+// unless the piece already starts with it ("always": every piece; "first": only the piece that begins the text;
+// "never"). With split, a piece starts at each run of replacements, the run kept with the text after it (Hugging
+// Face's MergedWithNext: "a▁▁b" -> "a", "▁▁b").
+class MetaspaceStep final : public PreTokenizerStep {
+ public:
+  explicit MetaspaceStep(const json& spec)
+      : replacement_(spec.value("replacement", "\xE2\x96\x81")), scheme_(prepend_scheme(spec)),
+        split_(json_flag(spec, "split", true)) {
+    if (utf8_sequence_length(replacement_, 0) != replacement_.size() || replacement_.empty()) {
+      throw InputError(fmt::format("Metaspace replacement '{}' is not one character", replacement_));
+    }
+  }
+
+  void apply(std::string_view piece, bool at_text_start, std::vector<std::string_view>& out,
+             std::deque<std::string>& storage) const override {
+    std::string text;
+    for (char c : piece) {
+      if (c == ' ') {
+        text += replacement_;
+      } else {
+        text.push_back(c);
+      }
+    }
+    const bool prepend = scheme_ == "always" || (scheme_ == "first" && at_text_start);
+    if (prepend && text.compare(0, replacement_.size(), replacement_) != 0) text.insert(0, replacement_);
+    const std::string& kept = storage.emplace_back(std::move(text));
+    if (split_) {
+      split_before_replacements(kept, out);
+    } else {
+      out.push_back(kept);
+    }
+  }
+
+ private:
+  static std::string prepend_scheme(const json& spec) {
+    if (!json_flag(spec, "add_prefix_space", true)) return "never";
+    const std::string scheme = spec.value("prepend_scheme", "always");
+    if (scheme != "always" && scheme != "first" && scheme != "never") {
+      throw InputError(fmt::format("Metaspace prepend_scheme '{}' is not always, first or never", scheme));
+    }
+    return scheme;
+  }
+
+  void split_before_replacements(std::string_view text, std::vector<std::string_view>& out) const {
+    size_t start = 0;
+    bool previous_was_replacement = false;
+    for (size_t pos = 0; pos < text.size();) {
+      if (text.compare(pos, replacement_.size(), replacement_) == 0) {
+        if (!previous_was_replacement && pos > start) {
+          out.push_back(text.substr(start, pos - start));
+          start = pos;
+        }
+        previous_was_replacement = true;
+        pos += replacement_.size();
+      } else {
+        previous_was_replacement = false;
+        ++pos;
+      }
+    }
+    if (start < text.size()) out.push_back(text.substr(start));
+  }
+
+  std::string replacement_;
+  std::string scheme_;
+  bool split_;
+};
+
+}  // namespace
+
+PreTokenizerPipeline::PreTokenizerPipeline(const json& spec) {
+  if (!spec.is_null()) add_step(spec);
+}
+
+PreTokenizerPipeline::~PreTokenizerPipeline() = default;
+
+void PreTokenizerPipeline::add_step(const json& step) {
+  const std::string type = step.value("type", "");
+  if (byte_level_) throw InputError(fmt::format("pre-tokenizer {} after ByteLevel is not supported", type));
+  if (type == "ByteLevel") {
+    byte_level_ = true;
+    if (json_flag(step, "add_prefix_space", false)) steps_.push_back(std::make_unique<PrefixSpaceStep>());
+    if (json_flag(step, "use_regex", true)) steps_.push_back(std::make_unique<RegexSplitStep>(kGpt2SplitPattern));
+  } else if (type == "Split") {
+    if (step.value("behavior", "") != "Isolated" || json_flag(step, "invert", false) ||
+        !step.at("pattern").contains("Regex")) {
+      throw InputError(fmt::format("pre-tokenizer {} is not supported (Split needs a Regex pattern, behavior "
+                                   "Isolated, invert false)",
+                                   step.dump()));
+    }
+    steps_.push_back(std::make_unique<RegexSplitStep>(step.at("pattern").at("Regex").get<std::string>()));
+  } else if (type == "Metaspace") {
+    steps_.push_back(std::make_unique<MetaspaceStep>(step));
+  } else if (type == "Sequence") {
+    for (const json& inner : step.at("pretokenizers")) add_step(inner);
+  } else {
+    throw InputError(fmt::format("pre-tokenizer type '{}' is not supported", type));
+  }
+}
+
+void PreTokenizerPipeline::split(std::string_view segment, bool at_text_start, std::vector<std::string_view>& pieces,
+                                 std::deque<std::string>& storage) const {
+  if (segment.empty()) return;
+  std::vector<std::string_view> current{segment};
+  std::vector<std::string_view> next;
+  for (const auto& step : steps_) {
+    next.clear();
+    for (size_t i = 0; i < current.size(); ++i) step->apply(current[i], at_text_start && i == 0, next, storage);
+    current.swap(next);
+  }
+  pieces.insert(pieces.end(), current.begin(), current.end());
 }
 
 }  // namespace inkstone

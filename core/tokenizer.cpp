@@ -50,6 +50,15 @@ nlohmann::json byte_level_bpe_document(nlohmann::json vocab, nlohmann::json merg
             {"merges", std::move(merges)}}}};
 }
 
+std::optional<int32_t> Tokenizer::token_id(std::string_view content) const {
+  for (const bool special_only : {true, false}) {
+    for (int32_t id = 0; id < vocab_size(); ++id) {
+      if ((!special_only || is_special(id)) && token_bytes(id) == content) return id;
+    }
+  }
+  return std::nullopt;
+}
+
 std::string Tokenizer::fingerprint() const {
   // nlohmann::json keeps object keys sorted, so dump() is canonical for equal documents.
   const std::string text = to_json().dump();

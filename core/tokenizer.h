@@ -1,8 +1,9 @@
-// The tokenizer interface shared by the byte-level and byte-level BPE tokenizers, and how to load one.
+// The tokenizer interface shared by the byte tokenizer and the BPE tokenizers, and how to load one.
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -38,6 +39,9 @@ class Tokenizer {
   virtual std::string decode(const std::vector<int32_t>& ids, bool keep_special = false) const = 0;
   // The raw bytes one id stands for (the special's text for a special id).
   virtual std::string token_bytes(int32_t id) const = 0;
+  // The id of the special (then any) token whose token_bytes are exactly `content`, e.g. "<|im_end|>"; nullopt
+  // when there is none. The default scans the vocabulary.
+  virtual std::optional<int32_t> token_id(std::string_view content) const;
   virtual int32_t vocab_size() const = 0;
   virtual const SpecialTokens& specials() const = 0;
   virtual bool is_special(int32_t id) const = 0;

@@ -42,8 +42,11 @@ void use_stream_local_masks(std::vector<AttentionContext>& contexts, const Model
 
 }  // namespace
 
-LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_size)
-    : config_(config), vocab_size_(vocab_size), widths_(inkstone::layer_widths(config)), streams_(config) {
+LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_size, int64_t token_count)
+    : config_(config),
+      vocab_size_(vocab_size),
+      token_count_(token_count > 0 ? token_count : vocab_size),
+      widths_(inkstone::layer_widths(config)), streams_(config) {
   embed = register_module("embed", torch::nn::Embedding(vocab_size, config.d_model));
   if (config.hidden_streams > 1) {
     stream_embeds = register_module("stream_embeds", torch::nn::ModuleList());
@@ -168,6 +171,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   auto logits = head.is_empty() ? torch::nn::functional::linear(x, embed->weight) : head(x);
   if (args.cache) args.cache->advance(slots);
+  if (args.token_logits_only && token_count_ < vocab_size_) logits = logits.narrow(-1, 0, token_count_);
   return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
 }
 
@@ -238,7 +242,7 @@ LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_
     throw InputError("model.time_conditioning needs model.tie_embeddings = false: adaLN-Zero starts the output "
                      "head at zero, which a tied embedding cannot be");
   }
-  return LanguageModel(config, vocab_size);
+  return LanguageModel(config, vocab_size, tokenizer_vocab_size);
 }
 
 }  // namespace inkstone

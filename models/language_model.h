@@ -35,6 +35,9 @@ struct ForwardArgs {
                               // within a token's document; undefined: one document per row. Not with a cache.
   KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
   bool return_hidden = false;
+  // Logits over the tokenizer's ids only, [B, T, token_count]: what samplers draw from and RL scores, so that the
+  // padding rows of a vocabulary larger than the tokenizer (model.vocab_size, HF checkpoints) are never drawn.
+  bool token_logits_only = false;
 };
 // Batched prompts of different lengths: left-pad them, mark the pads in key_padding, and give each row the
 // positions 0..len−1 of its own tokens; every later step appends at the same slot for all rows.
@@ -55,8 +58,9 @@ struct ParamCounts {
 
 class LanguageModelImpl : public torch::nn::Module {
  public:
-  // Builds and initialises with the scheme named by config.init.
-  LanguageModelImpl(const ModelConfig& config, int64_t vocab_size);
+  // Builds and initialises with the scheme named by config.init. token_count: the tokenizer's ids (<= vocab_size;
+  // 0: all of vocab_size).
+  LanguageModelImpl(const ModelConfig& config, int64_t vocab_size, int64_t token_count = 0);
 
   // tokens: [B, T] int64.
   ForwardOut forward(const torch::Tensor& tokens, const ForwardArgs& args = {});
@@ -75,6 +79,7 @@ class LanguageModelImpl : public torch::nn::Module {
 
   const ModelConfig& config() const { return config_; }
   int64_t vocab_size() const { return vocab_size_; }
+  int64_t token_count() const { return token_count_; }
 
   torch::nn::Embedding embed{nullptr};          // the token table; with hidden decoding, the last stream's
   torch::nn::ModuleList stream_embeds{nullptr};  // hidden decoding: the tables of streams 1..n−1
@@ -92,6 +97,7 @@ class LanguageModelImpl : public torch::nn::Module {
 
   ModelConfig config_;
   int64_t vocab_size_;
+  int64_t token_count_;
   std::vector<int64_t> widths_;
   StreamLayout streams_;
 };

@@ -10,6 +10,7 @@ PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, do
   ForwardArgs args;
   args.mask = MaskMode::causal;
   args.return_hidden = with_hidden;
+  args.token_logits_only = true;  // the distribution rollouts were drawn from
   auto out = model.forward(batch.tokens.index({Slice(), Slice(0, -1)}), args);
   auto log_softmax = torch::log_softmax(out.logits / temperature, -1);  // [B, W−1, V]
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});

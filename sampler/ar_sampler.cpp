@@ -154,6 +154,7 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   // step runs the whole sequence so far.
   auto cache = model->make_kv_cache(rows, batch.tokens.size(1) + max_new);
   ForwardArgs args;
+  args.token_logits_only = true;
   args.positions = batch.positions;
   args.key_padding = batch.real;
   args.cache = options.use_kv_cache ? &cache : nullptr;

@@ -6,7 +6,7 @@ packages=(
   build-essential cmake pkg-config
   libtorch-dev            # libtorch 1.13 (CPU)
   libopenblas0-openmp     # optimised BLAS behind libtorch (the reference BLAS is ~35x slower)
-  libtomlplusplus-dev libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev
+  libtomlplusplus-dev libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev ccache
   libgtest-dev libzstd-dev libgloo-dev libxxhash-dev
   fortunes                # the default corpus
 )

@@ -1,13 +1,18 @@
-// Tokenizers: the byte tokenizer, hand-made BPE fixtures with hand-derived ids, and GPT-2 against references.
+// Tokenizers: the byte tokenizer, hand-made BPE fixtures with hand-derived ids, GPT-2 against references, and
+// the Hugging Face pipeline parts (normalizers, Metaspace, byte fallback, decoders) on hand-computed cases.
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <fstream>
 #include <random>
 
 #include "core/bpe_tokenizer.h"
 #include "core/byte_tokenizer.h"
 #include "core/errors.h"
+#include "core/normalizer.h"
+#include "core/pretokenizer.h"
 #include "core/tokenizer.h"
+#include "core/tokenizer_decoder.h"
 #include "tests/test_paths.h"
 
 namespace inkstone {
@@ -195,6 +200,248 @@ TEST(Gpt2, MatchesReferenceEncodings) {
   const std::string noise = random_bytes(5000, 5);
   EXPECT_EQ(gpt2->decode(gpt2->encode(noise)), noise);
   EXPECT_EQ(reloaded->encode(noise), gpt2->encode(noise));
+}
+
+using nlohmann::json;
+
+// The message of the InputError `make` throws, or "" when it throws none.
+template <typename Make>
+std::string input_error_of(Make&& make) {
+  try {
+    make();
+  } catch (const InputError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+TEST(Normalizer, UnicodeFormsLowercaseReplacePrependStrip) {
+  EXPECT_EQ(Normalizer(json{{"type", "NFC"}}).normalize("e\u0301"), "\u00e9");
+  EXPECT_EQ(Normalizer(json{{"type", "NFD"}}).normalize("\u00e9"), "e\u0301");
+  EXPECT_EQ(Normalizer(json{{"type", "NFKC"}}).normalize("\ufb01 \uff21\u2460"), "fi A1");
+  EXPECT_EQ(Normalizer(json{{"type", "NFKD"}}).normalize("\ufb01\u00e9"), "fie\u0301");
+  // Per code point, no final-sigma context (Rust's char::to_lowercase); U+0130 takes its full mapping "i" + U+0307.
+  EXPECT_EQ(Normalizer(json{{"type", "Lowercase"}}).normalize("\u03a3\u0391\u03a3 \u0130X"),
+            "\u03c3\u03b1\u03c3 i\u0307x");
+  const json collapse = {{"type", "Replace"}, {"pattern", {{"String", "  "}}}, {"content", " "}};
+  EXPECT_EQ(Normalizer(collapse).normalize("a     b"), "a   b");  // Non-overlapping, left to right, one pass.
+  const json regex = {{"type", "Replace"}, {"pattern", {{"Regex", " {2,}"}}}, {"content", " "}};
+  EXPECT_EQ(Normalizer(regex).normalize("a     b  c"), "a b c");
+  const json prepend = {{"type", "Prepend"}, {"prepend", "\u2581"}};
+  EXPECT_EQ(Normalizer(prepend).normalize("x"), "\u2581x");
+  EXPECT_EQ(Normalizer(prepend).normalize(""), "");
+  const json strip = {{"type", "Strip"}, {"strip_left", true}, {"strip_right", true}};
+  EXPECT_EQ(Normalizer(strip).normalize("\u3000 a b\n\u00a0"), "a b");
+  const json sequence = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFKC"}}, {{"type", "Lowercase"}}}}};
+  EXPECT_EQ(Normalizer(sequence).normalize("\uff21B"), "ab");
+  EXPECT_TRUE(Normalizer(json()).is_identity());
+}
+
+TEST(Normalizer, PassesInvalidBytesThrough) {
+  // Each valid run is normalized on its own, so a combining mark after an invalid byte stays apart.
+  EXPECT_EQ(Normalizer(json{{"type", "NFC"}}).normalize("\xFF" "e\u0301\xFE\u0301"), "\xFF\u00e9\xFE\u0301");
+  EXPECT_EQ(Normalizer(json{{"type", "Lowercase"}}).normalize("A\xC3" "B"), "a\xC3" "b");
+  const json replace = {{"type", "Replace"}, {"pattern", {{"Regex", "b+"}}}, {"content", "c"}};
+  EXPECT_EQ(Normalizer(replace).normalize("abb\x80" "bb"), "ac\x80" "c");
+}
+
+TEST(Normalizer, RefusesOtherTypesByName) {
+  for (const char* type : {"BertNormalizer", "Precompiled", "StripAccents", "Nmt", "ByteLevel"}) {
+    const std::string message = input_error_of([&] { Normalizer(json{{"type", type}}); });
+    EXPECT_NE(message.find(std::string("'") + type + "'"), std::string::npos) << message;
+  }
+  const json nested = {{"type", "Sequence"}, {"normalizers", {{{"type", "NFC"}}, {{"type", "StripAccents"}}}}};
+  EXPECT_EQ(input_error_of([&] { Normalizer{nested}; }), "normalizer type 'StripAccents' is not supported");
+}
+
+std::vector<std::string> pre_tokenize(const json& spec, std::string_view text, bool at_text_start) {
+  const PreTokenizerPipeline pipeline(spec);
+  std::vector<std::string_view> pieces;
+  std::deque<std::string> storage;
+  pipeline.split(text, at_text_start, pieces, storage);
+  return {pieces.begin(), pieces.end()};
+}
+
+TEST(PreTokenizerPipeline, MetaspacePrependSchemesAndSplit) {
+  using Pieces = std::vector<std::string>;
+  auto metaspace = [](const char* scheme, bool split) {
+    return json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", split}};
+  };
+  // Runs of ▁ stay with the text after them (Hugging Face's MergedWithNext).
+  EXPECT_EQ(pre_tokenize(metaspace("always", true), "hi  there", false), (Pieces{"\u2581hi", "\u2581\u2581there"}));
+  EXPECT_EQ(pre_tokenize(metaspace("always", false), "hi there", false), (Pieces{"\u2581hi\u2581there"}));
+  EXPECT_EQ(pre_tokenize(metaspace("always", true), " hi", false), (Pieces{"\u2581hi"}));  // Already starts with ▁.
+  EXPECT_EQ(pre_tokenize(metaspace("first", true), "hi there", true), (Pieces{"\u2581hi", "\u2581there"}));
+  EXPECT_EQ(pre_tokenize(metaspace("first", true), "hi there", false), (Pieces{"hi", "\u2581there"}));
+  EXPECT_EQ(pre_tokenize(metaspace("never", true), "hi there", true), (Pieces{"hi", "\u2581there"}));
+  const json old_style = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", false}};
+  EXPECT_EQ(pre_tokenize(old_style, "hi", true), (Pieces{"hi"}));
+  EXPECT_EQ(pre_tokenize(json(), "a b", true), (Pieces{"a b"}));
+  EXPECT_EQ(input_error_of([] { PreTokenizerPipeline(json{{"type", "Whitespace"}}); }),
+            "pre-tokenizer type 'Whitespace' is not supported");
+}
+
+// Llama 2 / Mistral v0.1 / TinyLlama: the normalizer that marks spaces and the decoder that undoes it.
+const json kLlamaNormalizer = {
+    {"type", "Sequence"},
+    {"normalizers",
+     {{{"type", "Prepend"}, {"prepend", "\u2581"}},
+      {{"type", "Replace"}, {"pattern", {{"String", " "}}}, {"content", "\u2581"}}}}};
+const json kLlamaDecoder = {{"type", "Sequence"},
+                            {"decoders",
+                             {{{"type", "Replace"}, {"pattern", {{"String", "\u2581"}}}, {"content", " "}},
+                              {{"type", "ByteFallback"}},
+                              {{"type", "Fuse"}},
+                              {{"type", "Strip"}, {"content", " "}, {"start", 1}, {"stop", 0}}}}};
+
+TEST(TokenizerDecoder, LlamaChainMetaspaceAndNull) {
+  const TokenizerDecoder chain(kLlamaDecoder);
+  // <0xE2><0x96><0x81> is "▁" as bytes: valid UTF-8, so kept as text (not replaced, since Replace ran before).
+  EXPECT_EQ(chain.decode({"\u2581Hello", "<0xE2>", "<0x96>", "<0x81>", "\u2581x"}), "Hello\u2581 x");
+  // A byte run that is not valid UTF-8 gives one U+FFFD per byte token.
+  EXPECT_EQ(chain.decode({"<0xE2>", "<0x96>", "a", "<0xc3>", "<0xA9>"}), "\ufffd\ufffda\u00e9");
+  EXPECT_EQ(chain.decode({"\u2581\u2581a"}), " a");  // Strip removes one space only.
+
+  const TokenizerDecoder first(json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "first"}});
+  EXPECT_EQ(first.decode({"\u2581\u2581a", "\u2581b"}), "a b");  // Every ▁ of the first token is dropped.
+  const TokenizerDecoder never(json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}});
+  EXPECT_EQ(never.decode({"\u2581a", "\u2581b"}), " a b");
+
+  // Ã© is the bytes C3 A9 (é); "a b" has a character outside GPT-2's alphabet, so it stays as it is.
+  EXPECT_EQ(TokenizerDecoder(json{{"type", "ByteLevel"}}).decode({"\u0120the", "<|x|>", "\u00c3\u00a9", "a b"}),
+            " the<|x|>\u00e9a b");
+  EXPECT_EQ(TokenizerDecoder(json()).decode({"a", "b"}), "a b");  // No decoder: joined by spaces.
+  EXPECT_EQ(input_error_of([] { TokenizerDecoder(json{{"type", "WordPiece"}}); }),
+            "decoder type 'WordPiece' is not supported");
+}
+
+// A SentencePiece-style BPE over characters: <unk> <s> </s> (added, special), the byte-fallback tokens
+// <0x00>..<0xFF> at 3..258, then ▁ = 259, a = 260, b = 261 and the merges (rank = order)
+// "▁ a" -> ▁a = 262, "a b" -> ab = 263, "▁a b" -> ▁ab = 264.
+json char_bpe_document(const json& normalizer, const json& pre_tokenizer, const json& decoder, bool byte_fallback,
+                       bool fuse_unk) {
+  json vocab = {{"<unk>", 0}, {"<s>", 1}, {"</s>", 2}};
+  for (int b = 0; b < 256; ++b) {
+    char text[8];
+    std::snprintf(text, sizeof text, "<0x%02X>", b);
+    vocab[text] = 3 + b;
+  }
+  vocab["\u2581"] = 259, vocab["a"] = 260, vocab["b"] = 261;
+  vocab["\u2581a"] = 262, vocab["ab"] = 263, vocab["\u2581ab"] = 264;
+  json added = json::array();
+  for (const char* content : {"<unk>", "<s>", "</s>"}) {
+    added.push_back({{"id", added.size()}, {"content", content}, {"normalized", false}, {"special", true}});
+  }
+  return {{"added_tokens", added},
+          {"normalizer", normalizer},
+          {"pre_tokenizer", pre_tokenizer},
+          {"decoder", decoder},
+          {"model",
+           {{"type", "BPE"},
+            {"unk_token", "<unk>"},
+            {"byte_fallback", byte_fallback},
+            {"fuse_unk", fuse_unk},
+            {"vocab", vocab},
+            {"merges", json::array({json::array({"\u2581", "a"}), json::array({"a", "b"}),
+                                    json::array({"\u2581a", "b"})})}}}};
+}
+
+TEST(CharBpe, LlamaStyleNormalizerAndByteFallback) {
+  BpeTokenizer llama(char_bpe_document(kLlamaNormalizer, json(), kLlamaDecoder, true, true), "llama.json");
+  // "ab" -> "▁ab": ▁ a b -> (▁,a) r0 -> ▁a b -> (▁a,b) r2 -> ▁ab.
+  EXPECT_EQ(llama.encode("ab"), (Ids{264}));
+  // "a b" -> "▁a▁b", one word (no pre-tokenizer): ▁ a ▁ b -> (▁,a) r0 -> ▁a ▁ b; nothing else merges.
+  EXPECT_EQ(llama.encode("a b"), (Ids{262, 259, 261}));
+  EXPECT_EQ(llama.decode({262, 259, 261}), "a b");
+  // é is not in the vocabulary: its bytes C3 A9 as <0xC3> = 3 + 0xC3, <0xA9> = 3 + 0xA9.
+  EXPECT_EQ(llama.encode("\u00e9"), (Ids{259, 3 + 0xC3, 3 + 0xA9}));
+  EXPECT_EQ(llama.decode({259, 3 + 0xC3, 3 + 0xA9}), "\u00e9");
+  // Added tokens split the text first; each segment between gets its own ▁ from Prepend.
+  EXPECT_EQ(llama.encode("<s>ab</s>ab"), (Ids{1, 264, 2, 264}));
+  EXPECT_EQ(llama.decode({1, 264, 2}, /*keep_special=*/true), "<s> ab</s>");
+  EXPECT_EQ(llama.decode({1, 264, 2}), "ab");
+  EXPECT_EQ(llama.token_bytes(3 + 0x0A), "\n");
+  EXPECT_EQ(llama.token_bytes(264), "\u2581ab");
+  EXPECT_EQ(llama.token_id("\u2581ab"), 264);
+  EXPECT_EQ(llama.specials().bos, 1);
+  EXPECT_EQ(llama.specials().eos, 2);
+  const auto reloaded = tokenizer_from_json(llama.to_json(), "reloaded");
+  EXPECT_EQ(reloaded->to_json(), llama.to_json());
+  EXPECT_EQ(reloaded->encode("<s>a b\u00e9"), (Ids{1, 262, 259, 261, 3 + 0xC3, 3 + 0xA9}));
+}
+
+TEST(CharBpe, UnknownCharactersWithoutByteFallback) {
+  BpeTokenizer fused(char_bpe_document(kLlamaNormalizer, json(), kLlamaDecoder, false, true), "fused.json");
+  EXPECT_EQ(fused.encode("\u00e9\u00e9a"), (Ids{259, 0, 260}));  // One <unk> for the run of two.
+  BpeTokenizer unfused(char_bpe_document(kLlamaNormalizer, json(), kLlamaDecoder, false, false), "unfused.json");
+  EXPECT_EQ(unfused.encode("\u00e9\u00e9a"), (Ids{259, 0, 0, 260}));
+  // An invalid byte is a character never in the vocabulary: byte fallback gives <0xFF> = 258.
+  BpeTokenizer fallback(char_bpe_document(kLlamaNormalizer, json(), kLlamaDecoder, true, false), "fallback.json");
+  EXPECT_EQ(fallback.encode("a\xFF"), (Ids{262, 258}));
+}
+
+TEST(CharBpe, MetaspacePreTokenizerSchemes) {
+  auto metaspace = [](const char* scheme) {
+    return json{{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", scheme}, {"split", true}};
+  };
+  BpeTokenizer first(char_bpe_document(json(), metaspace("first"), metaspace("first"), true, true), "first.json");
+  EXPECT_EQ(first.encode("ab"), (Ids{264}));
+  EXPECT_EQ(first.encode("<s>ab"), (Ids{1, 263}));  // After an added token: not the start of the text.
+  // "a  b" -> "▁a▁▁b" -> pieces "▁a", "▁▁b" -> [▁a], [▁, ▁, b].
+  EXPECT_EQ(first.encode("a  b"), (Ids{262, 259, 259, 261}));
+  EXPECT_EQ(first.decode({262, 259, 259, 261}), "a  b");
+  EXPECT_EQ(first.decode({259, 260}), "a");
+  BpeTokenizer always(char_bpe_document(json(), metaspace("always"), metaspace("always"), true, true), "a.json");
+  EXPECT_EQ(always.encode("<s>ab"), (Ids{1, 264}));
+  BpeTokenizer never(char_bpe_document(json(), metaspace("never"), metaspace("never"), true, true), "n.json");
+  EXPECT_EQ(never.encode("ab"), (Ids{263}));
+}
+
+// ignore_merges: a word that is a vocabulary entry is that id, found by its text ("\n" here, not the <0x0A> byte).
+TEST(CharBpe, IgnoreMergesTakesWholeWords) {
+  const json never = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "never"}};
+  json document = char_bpe_document(json(), never, never, true, true);
+  document["model"]["vocab"]["bab"] = 265;
+  document["model"]["vocab"]["\n"] = 266;
+  EXPECT_EQ(BpeTokenizer(document, "merging.json").encode("bab"), (Ids{261, 263}));  // b a b -> (a,b) r1.
+  document["model"]["ignore_merges"] = true;
+  BpeTokenizer whole(document, "whole.json");
+  EXPECT_EQ(whole.encode("bab"), (Ids{265}));
+  EXPECT_EQ(whole.encode("\n"), (Ids{266}));
+  EXPECT_EQ(whole.encode("ba"), (Ids{261, 260}));
+}
+
+// Added tokens with normalized true are matched in the normalized text by their normalized content, and (as in
+// tokenizers 0.23) decoded from it.
+TEST(CharBpe, NormalizedAddedTokens) {
+  json document = char_bpe_document(json{{"type", "Lowercase"}}, json(), json{{"type", "Fuse"}}, true, true);
+  document["added_tokens"].push_back({{"id", 265}, {"content", "AB"}, {"normalized", true}, {"special", false}});
+  BpeTokenizer tokenizer(document, "normalized.json");
+  EXPECT_EQ(tokenizer.encode("bAB"), (Ids{261, 265}));  // "bab": "b", then "ab" is the added token.
+  EXPECT_EQ(tokenizer.decode({261, 265}), "bab");
+}
+
+TEST(CharBpe, RefusedPartsAreNamedWithTheFile) {
+  json document = char_bpe_document(json{{"type", "BertNormalizer"}}, json(), json(), true, true);
+  EXPECT_EQ(input_error_of([&] { BpeTokenizer(document, "x.json"); }),
+            "x.json: normalizer type 'BertNormalizer' is not supported");
+  document["normalizer"] = nullptr;
+  document["decoder"] = {{"type", "CTC"}};
+  EXPECT_EQ(input_error_of([&] { BpeTokenizer(document, "x.json"); }), "x.json: decoder type 'CTC' is not supported");
+  document["decoder"] = nullptr;
+  document["model"]["continuing_subword_prefix"] = "##";
+  EXPECT_NE(input_error_of([&] { BpeTokenizer(document, "x.json"); }).find("continuing_subword_prefix"),
+            std::string::npos);
+}
+
+TEST(Tokenizer, TokenIdFindsSpecialsThenBytes) {
+  ByteTokenizer bytes;
+  EXPECT_EQ(bytes.token_id("<|eos|>"), 257);
+  EXPECT_EQ(bytes.token_id("a"), 97);
+  EXPECT_EQ(bytes.token_id("ab"), std::nullopt);
+  auto bpe = load_tokenizer(fixture("tiny_bpe_gpt2_split.json"));
+  EXPECT_EQ(bpe->token_id("<|endoftext|>"), 267);
+  EXPECT_EQ(bpe->token_id(" the"), 258);
 }
 
 }  // namespace

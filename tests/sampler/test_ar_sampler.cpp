@@ -181,3 +181,31 @@ TEST(ArSampler, RejectsBadInput) {
 
 }  // namespace
 }  // namespace inkstone
+
+namespace inkstone {
+namespace {
+
+// A vocabulary padded past the tokenizer (model.vocab_size > tokenizer ids, as HF checkpoints have): the padding
+// rows are made the likeliest, and still no draw lands on one.
+TEST(ArSampler, NeverDrawsPaddingRowsOfTheVocabulary) {
+  ModelConfig config = tiny_config();
+  config.vocab_size = kVocab + 35;
+  torch::manual_seed(11);
+  auto model = build_language_model(config, kVocab);
+  ASSERT_EQ(model->token_count(), kVocab);
+  {
+    torch::NoGradGuard no_grad;
+    model->embed->weight.narrow(0, kVocab, 35).mul_(50.0);  // the tied head scores padding rows highest
+  }
+  {
+    torch::NoGradGuard no_grad;
+    const auto full = model->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0)).logits;
+    ASSERT_GE(full[0][-1].argmax().item<int64_t>(), kVocab) << "the padding rows must be the likeliest";
+  }
+  const auto result = sample_autoregressive(model, kPrompts, options(1.0, 3));
+  for (const auto& sample : result.samples)
+    for (int32_t id : sample.tokens) EXPECT_LT(id, kVocab);
+}
+
+}  // namespace
+}  // namespace inkstone
