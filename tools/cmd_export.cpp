@@ -56,8 +56,9 @@ std::string resolve_dtype(const std::string& option, const nlohmann::json& state
   static const std::map<std::string, std::string> kNames = {
       {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
   if (option != "auto") return kNames.at(option);
-  const auto imported = state.value("hf_import", nlohmann::json()).value("dtype", std::string());
-  return imported.empty() ? "float32" : imported;
+  const auto imported = state.find("hf_import");
+  if (imported == state.end() || !imported->is_object()) return "float32";
+  return imported->value("dtype", std::string("float32"));
 }
 
 int export_hf(const ExportOptions& o) {
