@@ -92,19 +92,9 @@ PreTokenizer::~PreTokenizer() { pcre2_code_free(code_); }
 
 void PreTokenizer::split(std::string_view text, std::vector<std::string_view>& pieces) const {
   pcre2_match_data* match = pcre2_match_data_create_from_pattern(code_, nullptr);
-  size_t run_start = 0;
-  size_t pos = 0;
-  while (pos < text.size()) {
-    const size_t length = utf8_sequence_length(text, pos);
-    if (length > 0) {
-      pos += length;
-      continue;
-    }
-    split_valid(text.substr(run_start, pos - run_start), match, pieces);
-    pieces.push_back(text.substr(pos, 1));
-    run_start = ++pos;
-  }
-  split_valid(text.substr(run_start), match, pieces);
+  for_each_utf8_run(
+      text, [&](std::string_view run) { split_valid(run, match, pieces); },
+      [&](std::string_view byte) { pieces.push_back(byte); });
   pcre2_match_data_free(match);
 }
 

@@ -18,11 +18,10 @@ void append_utf8(std::string& out, char32_t code_point);
 // Unicode's White_Space property (Rust's char::is_whitespace, which Hugging Face's Strip uses).
 bool is_unicode_whitespace(char32_t code_point);
 
-// `text` with each maximal valid UTF-8 run replaced by transform(run) and every invalid byte kept as it is.
-template <typename Transform>
-std::string map_valid_runs(std::string_view text, Transform&& transform) {
-  std::string out;
-  out.reserve(text.size());
+// Walks `text` in order: on_valid(run) for each maximal non-empty valid UTF-8 run, on_invalid(byte) for each byte
+// that starts no valid sequence (both as views into `text`).
+template <typename OnValid, typename OnInvalid>
+void for_each_utf8_run(std::string_view text, OnValid&& on_valid, OnInvalid&& on_invalid) {
   size_t run_start = 0;
   size_t pos = 0;
   while (pos < text.size()) {
@@ -31,11 +30,20 @@ std::string map_valid_runs(std::string_view text, Transform&& transform) {
       pos += length;
       continue;
     }
-    if (pos > run_start) out += transform(text.substr(run_start, pos - run_start));
-    out.push_back(text[pos]);
+    if (pos > run_start) on_valid(text.substr(run_start, pos - run_start));
+    on_invalid(text.substr(pos, 1));
     run_start = ++pos;
   }
-  if (pos > run_start) out += transform(text.substr(run_start, pos - run_start));
+  if (pos > run_start) on_valid(text.substr(run_start, pos - run_start));
+}
+
+// `text` with each maximal valid UTF-8 run replaced by transform(run) and every invalid byte kept as it is.
+template <typename Transform>
+std::string map_valid_runs(std::string_view text, Transform&& transform) {
+  std::string out;
+  out.reserve(text.size());
+  for_each_utf8_run(
+      text, [&](std::string_view run) { out += transform(run); }, [&](std::string_view byte) { out += byte; });
   return out;
 }
 
