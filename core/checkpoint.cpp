@@ -21,6 +21,23 @@ namespace inkstone {
 namespace fs = std::filesystem;
 namespace {
 
+// A diverged update must never become the checkpoint a run resumes from or samples (docs/reliability.md): one
+// reduction per tensor and one host transfer per checkpoint.
+void require_finite(const NamedTensors& tensors, const char* part, int64_t step) {
+  std::vector<torch::Tensor> flags;
+  for (const auto& [name, tensor] : tensors)
+    flags.push_back(tensor.is_floating_point() ? torch::isfinite(tensor).all() : torch::ones({}, torch::kBool));
+  if (flags.empty()) return;
+  const auto host = torch::stack(flags).cpu();
+  for (size_t i = 0; i < tensors.size(); ++i)
+    if (!host[static_cast<int64_t>(i)].item<bool>())
+      throw NonFiniteError(fmt::format(
+          "refusing to write the checkpoint of step {}: {} tensor '{}' holds NaN or inf (the update diverged: check "
+          "optim.learning_rate, optim.eps, optim.beta1/beta2 and optim.weight_decay); the last checkpoint is intact",
+          step, part, tensors[i].first));
+}
+
+
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
 constexpr const char* kConfigFile = "config.toml";
@@ -217,6 +234,9 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
   if (data.step < 0) throw std::invalid_argument("save_checkpoint: negative step");
   if (data.state.contains("step") || data.state.contains("files"))
     throw std::invalid_argument("save_checkpoint: 'step' and 'files' are reserved keys of the checkpoint state");
+  require_finite(data.model, "model", data.step);
+  require_finite(data.objective, "objective", data.step);
+  require_finite(data.optimizer, "optimizer", data.step);
   const fs::path parent = run_dir / "checkpoints";
   fs::create_directories(parent);
   const fs::path final_folder = parent / step_folder_name(data.step);

@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <optional>
+#include <stdexcept>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -22,6 +23,13 @@
 #include "core/safetensors.h"
 
 namespace inkstone {
+
+// save_checkpoint refuses a tensor holding NaN or inf: a runtime failure (exit 1), named apart so that callers and
+// tests can tell it from others.
+class NonFiniteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 struct CheckpointData {
   int64_t step = 0;

@@ -2,10 +2,12 @@
 #include "core/config.h"
 
 #include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <toml++/toml.h>
 
 #include "core/config_schema.h"
@@ -100,6 +102,9 @@ void assign(Config& config, const FieldSpec& field, const toml::node& node, cons
 }
 
 void check_number(const FieldSpec& field, double value, const std::string& location) {
+  // NaN passes every comparison below, and an infinity is never a setting: both would fail deep in a run.
+  if (!std::isfinite(value))
+    throw InputError(fmt::format("key '{}' at {} is {}, must be a finite number", field.name(), location, value));
   if ((field.min && value < *field.min) || (field.max && value > *field.max)) {
     std::string bounds = field.max ? fmt::format("in [{}, {}]", *field.min, *field.max)
                                    : fmt::format(">= {}", *field.min);

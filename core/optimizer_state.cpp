@@ -1,6 +1,7 @@
 #include "core/optimizer_state.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <map>
 #include <set>

@@ -19,6 +19,7 @@
 #include "core/optimizer_state.h"
 #include "core/progress.h"
 #include "core/rng_state.h"
+#include "core/stop_signal.h"
 #include "core/torch_compat.h"
 #include "models/auxiliary.h"
 
@@ -331,8 +332,13 @@ TrainResult Trainer::run() {
       }
       if (last) result.final_eval = metrics;
     }
-    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last) {
+    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
+    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal) {
       result.last_checkpoint = save(elapsed_before_s_ + seconds_since(session_start));
+    }
+    if (stop_signal) {
+      result.stop_signal = stop_signal;
+      break;
     }
   }
   if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));

@@ -22,6 +22,7 @@ struct TrainResult {
   int64_t skipped_steps = 0;
   std::map<std::string, double> final_eval;
   std::filesystem::path last_checkpoint;
+  int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (core/stop_signal.h)
 };
 
 // Rows [row_begin, row_end) of a host batch as device tensors.

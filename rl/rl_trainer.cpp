@@ -21,6 +21,7 @@
 #include "core/progress.h"
 #include "core/prompt_format.h"
 #include "core/rng_state.h"
+#include "core/stop_signal.h"
 #include "core/trainer.h"
 #include "models/auxiliary.h"
 #include "objectives/policy_log_probs.h"
@@ -501,8 +502,13 @@ RlResult RlTrainer::run() {
       auto metrics = log_eval(done);
       if (last) result.final_eval = metrics;
     }
-    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last)
+    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
+    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal)
       result.last_checkpoint = save(elapsed());
+    if (stop_signal) {
+      result.stop_signal = stop_signal;
+      break;
+    }
   }
   if (progress) progress->finish(step_, fmt::format("step {}/{}", step_, train.steps));
   result.steps_done = step_;

@@ -32,6 +32,7 @@ struct RlResult {
   int64_t skipped_updates = 0;
   std::map<std::string, double> final_eval;
   std::filesystem::path last_checkpoint;
+  int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (core/stop_signal.h)
 };
 
 // The problems rl.* describes: the training ones, or the held-out ones (rl.eval_path, rl.eval_seed).

@@ -31,6 +31,7 @@ struct SampleOptions {
   int64_t trace = 0;
   std::string format = "text";
   std::string device;
+  bool keep_special = false;
 };
 
 std::vector<std::string> read_prompts(const SampleOptions& o, const SampleConfig& defaults) {
@@ -87,7 +88,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   ArSampleResult result = sample_autoregressive(trained.model, prompt_ids, options);
   for (size_t i = 0; i < result.samples.size(); ++i) {
     const ArSample& s = result.samples[i];
-    print_sample(o, i, prompts[s.prompt_index], tokenizer.decode(s.tokens), s.tokens,
+    print_sample(o, i, prompts[s.prompt_index], tokenizer.decode(s.tokens, o.keep_special), s.tokens,
                  {{"finish", to_string(s.finish)}, {"prompt_index", s.prompt_index},
                   {"unigram_entropy", unigram_entropy(s.tokens)}});
   }
@@ -129,7 +130,7 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
 
   auto row_text = [&](const torch::Tensor& row) {
     std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
-    return tokenizer.decode(ids);
+    return tokenizer.decode(ids, o.keep_special);
   };
   if (o.trace > 0) {
     options.trace_every = o.trace;
@@ -153,8 +154,8 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     // A prefix prompt is printed by print_sample; an infill shows the whole filled template.
     const bool infill = !o.infill.empty();
     const std::string& prompt = prompts[static_cast<size_t>(r / copies)];
-    print_sample(o, static_cast<size_t>(r), infill ? "" : prompt, tokenizer.decode(infill ? tokens : generated),
-                 infill ? tokens : generated,
+    const std::vector<int32_t>& shown = infill ? tokens : generated;
+    print_sample(o, static_cast<size_t>(r), infill ? "" : prompt, tokenizer.decode(shown, o.keep_special), shown,
                  {{"prompt_index", r / copies}, {"unigram_entropy", unigram_entropy(generated)},
                   {"steps", options.steps}});
   }
@@ -198,6 +199,7 @@ void add_sample_command(CLI::App& app, Action& action) {
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--format", o->format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
+  cmd->add_flag("--keep-special", o->keep_special, "Print special tokens (<|im_end|>, eos) instead of dropping them");
   cmd->callback([o, &action] {
     action = [o] {
       if (o->checkpoint.empty()) throw InputError("sample needs --checkpoint PATH or --run-dir DIR");

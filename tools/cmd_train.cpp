@@ -1,4 +1,6 @@
 // `inkstone train CONFIG.toml [--set section.key=value ...] [--run-dir DIR] [--resume] [--print-defaults]`
+#include <cstring>
+
 #include <fmt/format.h>
 
 #include "core/atomic_file.h"
@@ -6,6 +8,8 @@
 #include "core/distributed.h"
 #include "core/errors.h"
 #include "core/platform.h"
+#include "core/run_lock.h"
+#include "core/stop_signal.h"
 #include "core/trainer.h"
 #include "rl/rl_trainer.h"
 #include "tools/commands.h"
@@ -30,6 +34,14 @@ std::shared_ptr<Distributed> join_launch(const LaunchEnv& launch, const Config& 
 }
 
 // Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint.
+// A run stopped by a signal (core/stop_signal.h) has checkpointed; it exits with the shell's code for that signal.
+int report_stop(bool main, int signal, int64_t steps_done, const std::filesystem::path& checkpoint) {
+  if (main)
+    fmt::print("stopped by signal {} ({}) after step {}, checkpoint {}; continue with --resume\n", signal,
+               ::strsignal(signal), steps_done, checkpoint.string());
+  return 128 + signal;
+}
+
 // A resumed run still loads rl.init_checkpoint first: it is the reference model (rl.reference = initial).
 int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx,
              const std::optional<CheckpointData>& checkpoint, const LaunchEnv& launch) {
@@ -64,6 +76,7 @@ int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx
     if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
   RlResult result = trainer.run();
+  if (result.stop_signal) return report_stop(main, result.stop_signal, result.steps_done, result.last_checkpoint);
   if (!main) return 0;
   fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
              result.last_checkpoint.string());
@@ -79,6 +92,11 @@ int train(const TrainOptions& o) {
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
   const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);
+  const LaunchEnv launch = launch_env_from_environment();
+  // Rank 0 alone writes the run folder, so it alone holds the folder's lock.
+  std::optional<RunLock> lock;
+  if (launch.rank == 0) lock.emplace(run_dir);
+  install_stop_signal_handlers();
 
   std::optional<CheckpointData> checkpoint;
   if (o.resume) {
@@ -89,7 +107,6 @@ int train(const TrainOptions& o) {
                                  run_dir.string()));
   }
 
-  const LaunchEnv launch = launch_env_from_environment();
   RunContext ctx = prepare_run(config);
   if (ctx.objective->needs().consumes == BatchKind::rollouts)
     return train_rl(config, run_dir, std::move(ctx), checkpoint, launch);
@@ -113,6 +130,7 @@ int train(const TrainOptions& o) {
     if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
   TrainResult result = trainer.run();
+  if (result.stop_signal) return report_stop(main, result.stop_signal, result.steps_done, result.last_checkpoint);
   if (!main) return 0;
   fmt::print("done: {} steps ({} skipped), checkpoint {}\n", result.steps_done, result.skipped_steps,
              result.last_checkpoint.string());

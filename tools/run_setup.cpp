@@ -2,6 +2,7 @@
 #include "tools/run_setup.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <ATen/Parallel.h>
 
 #include "core/errors.h"

@@ -13,7 +13,7 @@
 #include "interop/hf_config.h"
 #include "interop/hf_weights.h"
 #include "models/language_model.h"
-#include "tests/interop/cli_run.h"
+#include "tests/cli_run.h"
 #include "tools/run_setup.h"
 
 namespace inkstone {

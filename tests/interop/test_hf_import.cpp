@@ -9,7 +9,7 @@
 
 #include "core/safetensors.h"
 #include "interop/hf_config.h"
-#include "tests/interop/cli_run.h"
+#include "tests/cli_run.h"
 #include "tools/run_setup.h"
 
 namespace inkstone {

@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/safetensors.h"
-#include "tests/interop/cli_run.h"
+#include "tests/cli_run.h"
 #include "tools/run_setup.h"
 
 namespace inkstone {

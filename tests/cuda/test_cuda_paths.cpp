@@ -1,0 +1,103 @@
+// The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA and KV-cache decoding.
+// ctest label `cuda`; each test skips, saying why, where no GPU is present (bench/gpu/check runs them on one).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "core/explicit_attention.h"
+#include "core/torch_compat.h"
+#include "models/language_model.h"
+#include "sampler/ar_sampler.h"
+#include "tests/fixtures.h"
+
+namespace inkstone {
+namespace {
+
+constexpr int64_t kVocab = 29;
+
+#define INKSTONE_REQUIRE_CUDA() \
+  if (!torch::cuda::is_available()) GTEST_SKIP() << "no CUDA device (libtorch " << compat::torch_version() << ")"
+
+LanguageModel tiny_model() {
+  torch::manual_seed(11);
+  return build_language_model(testing::tiny_model_config(/*init_std=*/0.3), kVocab);
+}
+
+torch::Tensor next_token_loss(LanguageModel& model, const torch::Tensor& tokens) {
+  const auto logits = model(tokens.slice(1, 0, -1)).logits;
+  return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}).to(torch::kFloat),
+                                              tokens.slice(1, 1).reshape(-1));
+}
+
+struct LossAndGrads {
+  double loss;
+  std::vector<torch::Tensor> grads;  // on the CPU
+};
+
+LossAndGrads loss_and_grads(LanguageModel& model, const torch::Tensor& tokens) {
+  model->zero_grad();
+  const auto loss = next_token_loss(model, tokens);
+  loss.backward();
+  LossAndGrads out{loss.item<double>(), {}};
+  for (const auto& p : model->parameters()) out.grads.push_back(p.grad().cpu());
+  return out;
+}
+
+torch::Tensor random_tokens() {
+  torch::manual_seed(3);
+  return torch::randint(kVocab, {4, 33}, torch::kLong);
+}
+
+TEST(Cuda, ForwardAndBackwardMatchTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  const auto tokens = random_tokens();
+  const auto cpu = loss_and_grads(model, tokens);
+  model->to(torch::kCUDA);
+  const auto gpu = loss_and_grads(model, tokens.to(torch::kCUDA));
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-5 * cpu.loss);
+  ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    EXPECT_TRUE(torch::allclose(gpu.grads[i], cpu.grads[i], 1e-3, 1e-5)) << "parameter " << i;
+}
+
+TEST(Cuda, Bf16AutocastStaysNearFp32) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  model->to(torch::kCUDA);
+  const auto tokens = random_tokens().to(torch::kCUDA);
+  const double fp32 = next_token_loss(model, tokens).item<double>();
+  compat::set_cuda_autocast(true);
+  const double bf16 = next_token_loss(model, tokens).item<double>();
+  compat::set_cuda_autocast(false);
+  // bf16 keeps 8 bits of mantissa: a relative error near 2^-8 per op, well inside 3% on the loss.
+  EXPECT_NEAR(bf16, fp32, 0.03 * fp32);
+  EXPECT_NE(bf16, fp32);  // autocast really ran in bf16
+}
+
+TEST(Cuda, SdpaMatchesTheExplicitAttentionInFloat64) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(5);
+  const auto q = torch::randn({2, 4, 24, 16}), k = torch::randn({2, 4, 24, 16}), v = torch::randn({2, 4, 24, 16});
+  const auto reference =
+      explicit_attention(q.to(torch::kDouble), k.to(torch::kDouble), v.to(torch::kDouble), c10::nullopt, true);
+  const auto gpu = compat::sdpa(q.cuda(), k.cuda(), v.cuda(), c10::nullopt, true).cpu();
+  EXPECT_TRUE(torch::allclose(gpu.to(torch::kDouble), reference, 1e-4, 1e-5));
+}
+
+TEST(Cuda, GreedyKvCacheDecodingMatchesTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  ArSampleOptions options;
+  options.num_samples = 2;
+  options.max_new_tokens = 16;
+  options.sampling.temperature = 0.0;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}};
+  const auto cpu = sample_autoregressive(model, prompts, options);
+  model->to(torch::kCUDA);
+  const auto gpu = sample_autoregressive(model, prompts, options);
+  ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
+  for (size_t i = 0; i < cpu.samples.size(); ++i) EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << i;
+}
+
+}  // namespace
+}  // namespace inkstone

@@ -1,0 +1,138 @@
+// What a run promises when things go wrong (docs/reliability.md): one writer per run folder, no non-finite
+// checkpoint, no NaN or infinite setting, and a signal that stops a run after a checkpoint it resumes from.
+#include <gtest/gtest.h>
+
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <thread>
+
+#include "core/checkpoint.h"
+#include "core/config.h"
+#include "core/errors.h"
+#include "core/run_lock.h"
+#include "tests/cli_run.h"
+#include "tests/fixtures.h"
+
+namespace inkstone {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+// A tiny AR run on the word corpus; `steps` long, a log line every step, checkpoints only at the end.
+fs::path write_tiny_config(const fs::path& dir, int64_t steps) {
+  const auto data = testing::prepare_word_corpus(dir);
+  const auto path = dir / "tiny.toml";
+  std::ofstream(path) << "[run]\nthreads = 1\ndevice = \"cpu\"\n"
+                      << "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\n"
+                      << "[data]\npath = \"" << data.string() << "\"\nseq_len = 16\n"
+                      << "[train]\nsteps = " << steps << "\nbatch_size = 4\nlog_interval = 1\neval_interval = 0\n"
+                      << "checkpoint_interval = 0\n";
+  return path;
+}
+
+TEST(RunLock, ASecondWriterIsRefusedNamingTheHolder) {
+  const auto dir = testing::temp_dir("run_lock");
+  {
+    RunLock first(dir / "run");
+    const auto message = testing::input_error_of([&] { RunLock second(dir / "run"); });
+    EXPECT_NE(message.find("is in use by pid " + std::to_string(::getpid())), std::string::npos) << message;
+    // The CLI refuses too, before it writes anything.
+    const auto config = write_tiny_config(dir, 2);
+    const auto result = run_cli({"train", config.string(), "--run-dir", (dir / "run").string()});
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("is in use by pid"), std::string::npos) << result.output;
+    EXPECT_FALSE(fs::exists(dir / "run" / "config.toml"));
+  }
+  EXPECT_NO_THROW(RunLock again(dir / "run"));  // released with its holder
+  fs::remove_all(dir);
+}
+
+TEST(FiniteCheckpoints, ANonFiniteTensorIsNeverWritten) {
+  const auto dir = testing::temp_dir("finite_checkpoint");
+  CheckpointData data;
+  data.step = 3;
+  data.model = {{"a", torch::ones({4})}, {"b", torch::tensor({1.0f, std::nanf(""), 2.0f})}};
+  try {
+    save_checkpoint(dir, data, 0);
+    ADD_FAILURE() << "a NaN weight was written";
+  } catch (const NonFiniteError& e) {
+    EXPECT_NE(std::string(e.what()).find("model tensor 'b'"), std::string::npos) << e.what();
+  }
+  data.model = {{"a", torch::ones({4})}};
+  data.optimizer = {{"a.exp_avg_sq", torch::tensor({INFINITY})}};
+  EXPECT_THROW(save_checkpoint(dir, data, 0), NonFiniteError);
+  EXPECT_FALSE(latest_checkpoint(dir).has_value());
+  fs::remove_all(dir);
+}
+
+TEST(FiniteSettings, NanAndInfinityAreRefusedByKey) {
+  for (const std::string value : {"nan", "inf", "-inf"}) {
+    const auto message = testing::input_error_of(
+        [&] { config_from_string("", "cfg.toml", {"optim.learning_rate=" + value}); });
+    EXPECT_NE(message.find("optim.learning_rate"), std::string::npos) << value << ": " << message;
+    EXPECT_NE(message.find("finite"), std::string::npos) << message;
+  }
+}
+
+int wait_for_exit(pid_t pid) {
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// Starts `inkstone train` in the background, sends `signal` once the run has logged `after_steps` steps.
+int train_and_signal(const fs::path& config, const fs::path& run_dir, int signal, int64_t after_steps) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    const std::string log = (run_dir.parent_path() / "train.log").string();
+    if (!::freopen(log.c_str(), "w", stdout) || !::freopen(log.c_str(), "a", stderr)) ::_exit(126);
+    ::execl(testing::cli_binary().c_str(), "inkstone", "train", config.c_str(), "--run-dir", run_dir.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  int64_t lines = 0;
+  while (lines < after_steps && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    lines = 0;
+    for (std::string line; std::getline(metrics, line);) ++lines;
+  }
+  ::kill(pid, signal);
+  return wait_for_exit(pid);
+}
+
+TEST(Preemption, SigtermCheckpointsTheCurrentStepAndResumeFinishesTheRun) {
+  const auto dir = testing::temp_dir("preemption");
+  const auto config = write_tiny_config(dir, 100000);
+  const int code = train_and_signal(config, dir / "run", SIGTERM, 3);
+  EXPECT_EQ(code, 128 + SIGTERM);
+  const auto checkpoint = latest_checkpoint(dir / "run");
+  ASSERT_TRUE(checkpoint.has_value());
+  const int64_t stopped_at = load_checkpoint(checkpoint->string()).step;
+  EXPECT_GE(stopped_at, 3);
+  const auto resumed = run_cli({"train", config.string(), "--run-dir", (dir / "run").string(), "--resume", "--set",
+                                "train.steps=" + std::to_string(stopped_at + 2)});
+  EXPECT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from step " + std::to_string(stopped_at)), std::string::npos)
+      << resumed.output;
+  fs::remove_all(dir);
+}
+
+TEST(Preemption, SigintAndSigusr1StopTheSameWay) {
+  for (const int signal : {SIGINT, SIGUSR1}) {
+    const auto dir = testing::temp_dir("preemption_" + std::to_string(signal));
+    const auto config = write_tiny_config(dir, 100000);
+    EXPECT_EQ(train_and_signal(config, dir / "run", signal, 2), 128 + signal);
+    EXPECT_TRUE(latest_checkpoint(dir / "run").has_value()) << signal;
+    fs::remove_all(dir);
+  }
+}
+
+}  // namespace
+}  // namespace inkstone
