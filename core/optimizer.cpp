@@ -62,4 +62,10 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
   return total;
 }
 
+torch::Tensor all_finite(const std::vector<torch::Tensor>& parameters) {
+  std::vector<torch::Tensor> flags;
+  for (const auto& p : parameters) flags.push_back(torch::isfinite(p.detach()).all());
+  return flags.empty() ? torch::ones({}, torch::kBool) : torch::stack(flags).all();
+}
+
 }  // namespace inkstone

@@ -30,4 +30,8 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 // as a 0-d tensor; no host synchronisation.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
 
+// A 0-d bool tensor: every element of every parameter is finite. No host synchronisation: a trainer checks an
+// update by sending this to the host together with the next step's numbers (docs/reliability.md).
+torch::Tensor all_finite(const std::vector<torch::Tensor>& parameters);
+
 }  // namespace inkstone

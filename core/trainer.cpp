@@ -62,6 +62,13 @@ void reduce_over_ranks(AccumulatedStep& acc, Distributed& distributed) {
 
 }  // namespace
 
+NonFiniteError non_finite_update(int64_t step) {
+  return NonFiniteError(fmt::format(
+      "the update of step {} made weights NaN or inf (check optim.learning_rate, optim.eps, optim.beta1/beta2 and "
+      "optim.weight_decay); stopping, the last checkpoint is intact",
+      step));
+}
+
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
   const int64_t rows = row_end - row_begin;
   auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
@@ -249,6 +256,7 @@ TrainResult Trainer::run() {
 
   std::vector<torch::Tensor> parameters;
   for (auto& [name, p] : optimized_) parameters.push_back(p);
+  torch::Tensor weights_finite = all_finite(parameters);  // after the latest update; read with the next step
 
   while (step_ < train.steps) {
     const double lr = learning_rate_at(config_.schedule, config_.optim.learning_rate, step_, train.steps);
@@ -262,12 +270,14 @@ TrainResult Trainer::run() {
     AccumulatedStep acc =
         accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast, synchroniser_.get());
     const torch::Tensor grad_norm = clip_grad_norm(parameters, config_.optim.grad_clip);
-    // The skip decision needs both numbers on the host: one transfer (one device sync) per step.
+    // The skip decision needs both numbers on the host, and the previous update's finiteness rides along: one
+    // transfer (one device sync) per step.
     const auto host = torch::stack({(acc.loss_sum / acc.count.clamp_min(1.0)).to(torch::kDouble),
-                                    grad_norm.to(torch::kDouble)})
+                                    grad_norm.to(torch::kDouble), weights_finite.to(torch::kDouble)})
                           .cpu();
     const double loss = host[0].item<double>();
     const double norm = host[1].item<double>();
+    if (host[2].item<double>() == 0.0) throw non_finite_update(step_);
     const int64_t done = ++step_;
 
     const bool finite = std::isfinite(loss) && std::isfinite(norm);
@@ -286,6 +296,7 @@ TrainResult Trainer::run() {
       bad_in_a_row = 0;
       optimizer_->step();
       after_optimizer_step_on_all_ranks(*model_, *distributed_);
+      weights_finite = all_finite(parameters);
       tokens_seen_ += tokens_per_step;
       window_tokens += tokens_per_step;
       loss_window += loss;

@@ -25,6 +25,10 @@ struct TrainResult {
   int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (core/stop_signal.h)
 };
 
+// The error for an optimizer update (the update of step `step` + 1) that left a weight NaN or inf; found with the
+// next step's host transfer, so the run ends before that update can reach a checkpoint (exit 1).
+NonFiniteError non_finite_update(int64_t step);
+
 // Rows [row_begin, row_end) of a host batch as device tensors.
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device);
 

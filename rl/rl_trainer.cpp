@@ -345,6 +345,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
   const bool autocast = config_.run.precision == "bf16" && device_.is_cuda();
   std::vector<torch::Tensor> parameters;
   for (auto& [name, p] : optimized_) parameters.push_back(p);
+  if (!weights_finite_.defined()) weights_finite_ = all_finite(parameters);
 
   Update u;
   std::map<std::string, torch::Tensor> sums, mins, maxes;  // on the device until the end of the update
@@ -363,10 +364,13 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
           select_groups(rollouts, group_order, m * groups_per_mini_batch, groups_per_mini_batch, rl.group_size);
       AccumulatedStep acc =
           accumulate_gradients(*objective_, *policy_, {mini}, optimized_, autocast, synchroniser_.get());
-      // The step-or-skip decision needs these three on the host: one transfer per mini-batch.
+      // The step-or-skip decision needs these three on the host, and the previous update's finiteness rides
+      // along: one transfer per mini-batch.
       const auto host = torch::stack({clip_grad_norm(parameters, config_.optim.grad_clip).to(torch::kDouble),
-                                      acc.count.to(torch::kDouble), acc.loss_sum.to(torch::kDouble)})
+                                      acc.count.to(torch::kDouble), acc.loss_sum.to(torch::kDouble),
+                                      weights_finite_.to(torch::kDouble)})
                             .cpu();
+      if (host[3].item<double>() == 0.0) throw non_finite_update(step);
       const double norm = host[0].item<double>();
       const double units = host[1].item<double>();
       const double loss = host[2].item<double>() / std::max(units, 1.0);
@@ -384,6 +388,7 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
       if (units == 0) continue;
       optimizer_->step();
       after_optimizer_step_on_all_ranks(*policy_, *distributed_);  // e.g. MoE's aux-loss-free router bias
+      weights_finite_ = all_finite(parameters);
       losses.push_back(loss);
       norms.push_back(norm);
       count += units;

@@ -87,6 +87,7 @@ class RlTrainer {
   int64_t optimizer_steps_ = 0;
   int64_t skipped_updates_ = 0;
   int64_t bad_in_a_row_ = 0;
+  torch::Tensor weights_finite_;  // after the latest optimizer step; read with the next transfer (all_finite)
   double elapsed_before_s_ = 0;
 };
 

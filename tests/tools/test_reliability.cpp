@@ -70,6 +70,19 @@ TEST(FiniteCheckpoints, ANonFiniteTensorIsNeverWritten) {
   fs::remove_all(dir);
 }
 
+// optim.eps = 0 divides the zero moments of unused embedding rows (untied, so the head does not reach them) by
+// zero: the first update writes NaN weights.
+TEST(FiniteCheckpoints, AnUpdateThatMakesWeightsNonFiniteEndsTheRunBeforeItsCheckpoint) {
+  const auto dir = testing::temp_dir("non_finite_update");
+  const auto config = write_tiny_config(dir, 5);
+  const auto result = run_cli({"train", config.string(), "--run-dir", (dir / "run").string(), "--set", "optim.eps=0",
+                                "--set", "model.tie_embeddings=false"});
+  EXPECT_EQ(result.exit_code, 1) << result.output;
+  EXPECT_NE(result.output.find("the update of step 1 made weights NaN or inf"), std::string::npos) << result.output;
+  EXPECT_FALSE(latest_checkpoint(dir / "run").has_value());
+  fs::remove_all(dir);
+}
+
 TEST(FiniteSettings, NanAndInfinityAreRefusedByKey) {
   for (const std::string value : {"nan", "inf", "-inf"}) {
     const auto message = testing::input_error_of(
