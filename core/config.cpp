@@ -337,6 +337,29 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return config_from_string(text.str(), path, overrides);
 }
 
+std::string field_to_toml(Config& config, const FieldSpec& field) {
+  std::ostringstream value;
+  std::visit(
+      [&](auto* slot) {
+        using T = std::remove_pointer_t<decltype(slot)>;
+        if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          toml::array items;
+          for (const auto& s : *slot) items.push_back(s);
+          value << items;
+        } else if constexpr (std::is_same_v<T, double>) {
+          // The shortest text that reads back as the same double (0.28, not 0.28000000000000003), kept a TOML
+          // float by a ".0" where it would otherwise read as an integer.
+          std::string text = fmt::format("{}", *slot);
+          if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
+          value << text;
+        } else {
+          value << toml::value<T>(*slot);
+        }
+      },
+      field.slot(config));
+  return value.str();
+}
+
 std::string config_to_toml(const Config& config, bool with_docs) {
   Config copy = config;
   std::string out;
@@ -346,30 +369,11 @@ std::string config_to_toml(const Config& config, bool with_docs) {
       out += fmt::format("{}[{}]\n", current.empty() ? "" : "\n", field.section);
       current = field.section;
     }
-    std::ostringstream value;
-    std::visit(
-        [&](auto* slot) {
-          using T = std::remove_pointer_t<decltype(slot)>;
-          if constexpr (std::is_same_v<T, std::vector<std::string>>) {
-            toml::array items;
-            for (const auto& s : *slot) items.push_back(s);
-            value << items;
-          } else if constexpr (std::is_same_v<T, double>) {
-            // The shortest text that reads back as the same double (0.28, not 0.28000000000000003), kept a TOML
-            // float by a ".0" where it would otherwise read as an integer.
-            std::string text = fmt::format("{}", *slot);
-            if (text.find_first_of(".eEn") == std::string::npos) text += ".0";
-            value << text;
-          } else {
-            value << toml::value<T>(*slot);
-          }
-        },
-        field.slot(copy));
     if (with_docs) {
       std::string allowed = field.choices.empty() ? "" : fmt::format(" ({})", fmt::join(field.choices, " | "));
       out += fmt::format("# {}{}\n", field.doc, allowed);
     }
-    out += fmt::format("{} = {}\n", field.key, value.str());
+    out += fmt::format("{} = {}\n", field.key, field_to_toml(copy, field));
   }
   return out;
 }

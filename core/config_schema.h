@@ -32,6 +32,9 @@ struct FieldSpec {
 const std::vector<FieldSpec>& config_schema();
 const std::vector<std::string>& config_sections();
 
+// One field's current value as TOML text (the form config_to_toml writes).
+std::string field_to_toml(Config& config, const FieldSpec& field);
+
 // Range and choice checks of one field's current value; `location` names where the value came from.
 void check_field_value(Config& config, const FieldSpec& field, const std::string& location);
 

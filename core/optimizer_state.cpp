@@ -38,7 +38,11 @@ NamedTensors export_adamw_state(torch::optim::AdamW& optimizer, const NamedTenso
   NamedTensors out;
   for (const auto& [name, p] : parameters) {
     const auto found = optimizer.state().find(compat::optimizer_state_key(p));
-    if (found == optimizer.state().end()) continue;
+    if (found == optimizer.state().end()) {
+      // Recorded as "no state yet", so that a loader tells it from a parameter whose state was lost.
+      out.emplace_back(name + ".step", torch::tensor(int64_t{0}, torch::kInt64));
+      continue;
+    }
     const auto& s = static_cast<const torch::optim::AdamWParamState&>(*found->second);
     out.emplace_back(name + ".exp_avg", s.exp_avg());
     out.emplace_back(name + ".exp_avg_sq", s.exp_avg_sq());
@@ -67,8 +71,12 @@ void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& para
 
   optimizer.state().clear();
   for (const auto& [name, p] : parameters) {
-    const auto exp_avg = by_name.find(name + ".exp_avg");
-    if (exp_avg == by_name.end()) continue;
+    const auto step = by_name.find(name + ".step");
+    if (step == by_name.end() || step->second.numel() != 1 || step->second.scalar_type() != torch::kInt64)
+      throw InputError(fmt::format("{}: optimizer state is incomplete: no int64 scalar '{}.step' for parameter '{}' "
+                                   "(resuming would restart its moments)",
+                                   origin, name, name));
+    if (step->second.item<int64_t>() == 0 && !by_name.count(name + ".exp_avg")) continue;  // no update yet
     auto piece = [&, &name = name, &p = p](const std::string& suffix) -> torch::Tensor {
       const auto found = by_name.find(name + suffix);
       if (found == by_name.end())
@@ -82,9 +90,6 @@ void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& para
     s->exp_avg(piece(".exp_avg"));
     s->exp_avg_sq(piece(".exp_avg_sq"));
     if (by_name.count(name + ".max_exp_avg_sq")) s->max_exp_avg_sq(piece(".max_exp_avg_sq"));
-    const auto step = by_name.find(name + ".step");
-    if (step == by_name.end() || step->second.numel() != 1 || step->second.scalar_type() != torch::kInt64)
-      throw InputError(fmt::format("{}: optimizer state for '{}' has no int64 scalar '{}.step'", origin, name, name));
     s->step(step->second.item<int64_t>());
     optimizer.state()[compat::optimizer_state_key(p)] = std::move(s);
   }

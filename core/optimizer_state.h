@@ -11,13 +11,14 @@
 namespace inkstone {
 
 // For every parameter with state: "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step" (0-d int64) and, with
-// amsgrad, "<name>.max_exp_avg_sq". Parameters that never received a gradient have no state and no entries.
+// amsgrad, "<name>.max_exp_avg_sq". A parameter that never received a gradient has only "<name>.step" = 0.
 // `parameters` are the (name, parameter) pairs of the optimizer's param groups.
 NamedTensors export_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& parameters);
 
 // Replaces the optimizer's per-parameter state with `state` (as export_adamw_state wrote it), on each
 // parameter's device and dtype, so that continuing training is bitwise identical to never having stopped.
-// An entry for an unknown parameter, a missing or misshapen piece is an InputError naming `origin`.
+// An entry for an unknown parameter, a parameter with no entries (incomplete state), a missing or misshapen piece
+// is an InputError naming `origin`.
 // Hyperparameters (lr, betas, ...) are not part of this state: see adamw_hyperparameters.
 void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& parameters, const NamedTensors& state,
                         const std::string& origin);

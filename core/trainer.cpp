@@ -18,6 +18,7 @@
 #include "core/module_weights.h"
 #include "core/optimizer_state.h"
 #include "core/progress.h"
+#include "core/resume_check.h"
 #include "core/rng_state.h"
 #include "core/stop_signal.h"
 #include "core/torch_compat.h"
@@ -175,7 +176,11 @@ Trainer::Trainer(Config config, LanguageModel model, std::unique_ptr<Objective> 
 }
 
 void Trainer::resume(const CheckpointData& checkpoint) {
-  load_module_weights(*model_, checkpoint.model, fmt::format("checkpoint step {}", checkpoint.step));
+  const std::string origin = fmt::format("checkpoint step {}", checkpoint.step);
+  const auto changes =
+      check_resume_config(config_from_string(checkpoint.config_toml, origin + " config.toml"), config_, origin);
+  if (distributed_->is_main()) print_setting_changes(changes);
+  load_module_weights(*model_, checkpoint.model, origin);
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
   restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;

@@ -20,6 +20,7 @@
 #include "core/optimizer_state.h"
 #include "core/progress.h"
 #include "core/prompt_format.h"
+#include "core/resume_check.h"
 #include "core/rng_state.h"
 #include "core/stop_signal.h"
 #include "core/trainer.h"
@@ -410,10 +411,9 @@ RlTrainer::Update RlTrainer::update(const Batch& rollouts, int64_t step) {
 
 void RlTrainer::resume(const CheckpointData& checkpoint) {
   const std::string origin = fmt::format("checkpoint step {}", checkpoint.step);
-  const std::string saved_objective = checkpoint.state.value("objective", std::string());
-  if (saved_objective != objective_->name())
-    throw InputError(fmt::format("{} was trained with objective '{}', the config asks for '{}'", origin,
-                                 saved_objective, objective_->name()));
+  const auto changes =
+      check_resume_config(config_from_string(checkpoint.config_toml, origin + " config.toml"), config_, origin);
+  if (distributed_->is_main()) print_setting_changes(changes);
   load_module_weights(*policy_, checkpoint.model, origin);
   if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");

@@ -53,6 +53,7 @@ int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx
   TrainedModel init = load_trained_model(config.rl.init_checkpoint, device.str());
   set_threads(config.run.threads);
   config.model = init.config.model;  // the policy keeps the checkpoint's architecture
+  config.data = init.config.data;    // ... and the data settings validated with it (RL reads no corpus)
   // ... and its prompt format (an imported chat model's chatml), unless this config sets [chat] itself.
   const ChatConfig defaults = default_config().chat;
   const ChatConfig& chat = config.chat;

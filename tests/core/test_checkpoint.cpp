@@ -300,6 +300,33 @@ TEST(CheckpointOptimizer, StateForAnotherModelIsAnInputError) {
                InputError);
 }
 
+TEST(CheckpointOptimizer, StateMissingAParameterIsRefusedAndNoUpdateYetIsKept) {
+  auto model = tiny_model(5);
+  torch::optim::AdamW optimizer(model->parameters(), adamw_options(false));
+  const NamedTensors parameters = named_parameters(model);
+  // Before any update every parameter is recorded as "step 0, no moments".
+  const NamedTensors fresh = export_adamw_state(optimizer, parameters);
+  ASSERT_EQ(fresh.size(), parameters.size());
+  import_adamw_state(optimizer, parameters, fresh, "o");
+  EXPECT_TRUE(optimizer.state().empty());
+
+  const Batches data{torch::randn({1, 2, 4}), torch::randn({1, 2, 3})};
+  train(model, optimizer, data, 0, 1);
+  NamedTensors state = export_adamw_state(optimizer, parameters);
+  const std::string lost = parameters.back().first;
+  state.erase(std::remove_if(state.begin(), state.end(),
+                             [&](const auto& entry) { return entry.first.rfind(lost + ".", 0) == 0; }),
+              state.end());
+  try {
+    import_adamw_state(optimizer, parameters, state, "optimizer.safetensors");
+    FAIL() << "incomplete state was accepted";
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find("optimizer.safetensors: optimizer state is incomplete"), std::string::npos) << message;
+    EXPECT_NE(message.find("'" + lost + "'"), std::string::npos) << message;
+  }
+}
+
 // --- RNG state -------------------------------------------------------------------------------------------
 
 TEST(CheckpointRng, RestoreReproducesTheSameDraws) {

@@ -92,6 +92,31 @@ TEST(FiniteSettings, NanAndInfinityAreRefusedByKey) {
   }
 }
 
+// A resumed run is the same run: a change to what it is (objective, data shape, optimizer) is refused by key before
+// anything trains; a longer run or another cadence is taken and logged.
+TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
+  const auto dir = testing::temp_dir("resume_checks");
+  const auto config = write_tiny_config(dir, 2);
+  const auto run = (dir / "run").string();
+  ASSERT_EQ(run_cli({"train", config.string(), "--run-dir", run}).exit_code, 0);
+  for (const std::string change : {"objective.name=uniform_diffusion", "data.seq_len=8", "train.batch_size=8",
+                                   "optim.beta2=0.99", "run.seed=7"}) {
+    const auto result = run_cli({"train", config.string(), "--run-dir", run, "--resume", "--set", change});
+    EXPECT_EQ(result.exit_code, 2) << change << ": " << result.output;
+    const std::string key = change.substr(0, change.find('='));
+    EXPECT_NE(result.output.find("checkpoint step 2 was trained with " + key + " = "), std::string::npos)
+        << result.output;
+    EXPECT_EQ(load_checkpoint(run).step, 2);
+  }
+  const auto longer = run_cli({"train", config.string(), "--run-dir", run, "--resume", "--set", "train.steps=3",
+                               "--set", "train.log_interval=2"});
+  EXPECT_EQ(longer.exit_code, 0) << longer.output;
+  EXPECT_NE(longer.output.find("resume: train.steps 2 -> 3"), std::string::npos) << longer.output;
+  EXPECT_NE(longer.output.find("resume: train.log_interval 1 -> 2"), std::string::npos) << longer.output;
+  EXPECT_EQ(load_checkpoint(run).step, 3);
+  fs::remove_all(dir);
+}
+
 int wait_for_exit(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
