@@ -149,7 +149,7 @@ nlohmann::json run_train(const BenchArgs& a) {
   const Config config = bench_config(a, a.objective, a.seq_len);
   auto ctx = cli::prepare_run(config);
   const auto data = cli::open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
-  auto model = cli::build_model_for(config, *ctx.tokenizer);
+  auto model = cli::build_model_for(config, *ctx.tokenizer, ctx.device);
   model->to(ctx.device);
 
   // Every batch the trainer will draw (a pure function of seed and step), for the peer to train on.
@@ -199,7 +199,7 @@ struct SamplingSetup {
 SamplingSetup sampling_setup(const BenchArgs& a, const std::string& objective, int64_t max_seq_len) {
   SamplingSetup s{bench_config(a, objective, max_seq_len), {}, nullptr};
   s.ctx = cli::prepare_run(s.config);
-  s.model = cli::build_model_for(s.config, *s.ctx.tokenizer);
+  s.model = cli::build_model_for(s.config, *s.ctx.tokenizer, s.ctx.device);
   s.model->to(s.ctx.device);
   s.model->eval();
   return s;

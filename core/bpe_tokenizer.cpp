@@ -92,7 +92,16 @@ BpeTokenizer::~BpeTokenizer() = default;
 
 void BpeTokenizer::parse_added_tokens(const json& added) {
   int32_t size = model_->size();
-  for (const json& entry : added) size = std::max(size, entry.at("id").get<int32_t>() + 1);
+  // Ids past the model's vocabulary must all be added tokens, so none can exceed it by more than their count;
+  // checked before the index is sized by the largest id.
+  const int64_t largest_possible = static_cast<int64_t>(model_->size()) + static_cast<int64_t>(added.size()) - 1;
+  for (const json& entry : added) {
+    const auto id = entry.at("id").get<int64_t>();
+    if (id > largest_possible)
+      throw InputError(fmt::format("added token id {} is beyond the vocabulary of {} ids and {} added tokens", id,
+                                   model_->size(), added.size()));
+    size = std::max(size, static_cast<int32_t>(id) + 1);
+  }
   added_index_.assign(size, -1);
   for (const json& entry : added) {
     const auto id = entry.at("id").get<int32_t>();

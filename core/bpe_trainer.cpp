@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/tokenizer.h"
 
 namespace inkstone {
@@ -163,8 +164,7 @@ BpeTrainResult train_bpe(const std::vector<std::filesystem::path>& files, int32_
   const auto count_start = Clock::now();
   std::string buffer;
   for (const auto& file : files) {
-    std::ifstream in(file, std::ios::binary);
-    if (!in) throw InputError(fmt::format("training input '{}' cannot be opened", file.string()));
+    std::ifstream in = open_input_file(file, "training input");
     buffer.clear();
     while (true) {
       const size_t kept = buffer.size();

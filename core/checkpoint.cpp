@@ -16,6 +16,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace inkstone {
 namespace fs = std::filesystem;
@@ -102,8 +103,7 @@ struct FileDigest {
 };
 
 FileDigest digest_file(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open the file");
+  std::ifstream in = open_input_file(path, "checkpoint file");
   XXH64_state_t* state = XXH64_createState();
   XXH64_reset(state, 0);
   std::vector<char> buffer(1 << 20);
@@ -120,11 +120,7 @@ FileDigest digest_file(const fs::path& path) {
 }
 
 std::string read_text(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path.string() + ": cannot open the file");
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, "checkpoint file");
 }
 
 nlohmann::json parse_json_file(const fs::path& path) {
@@ -215,7 +211,9 @@ CheckpointData load_folder(const fs::path& folder) {
   if (has_objective) verify_file(folder, kObjectiveFile, state["files"]);
 
   CheckpointData data;
+  data.state_origin = state_path.string();
   data.step = state["step"].get<int64_t>();
+  if (data.step < 0) throw InputError(fmt::format("{}: step {} is negative", state_path.string(), data.step));
   state.erase("step");
   state.erase("files");
   data.state = std::move(state);
@@ -280,6 +278,24 @@ CheckpointData load_checkpoint(const fs::path& dir_or_run_dir) {
   const auto latest = latest_checkpoint(dir_or_run_dir);
   if (!latest) throw InputError((dir_or_run_dir / "checkpoints").string() + ": no complete checkpoint");
   return load_folder(*latest);
+}
+
+int64_t state_count(const CheckpointData& checkpoint, const std::string& key) {
+  const auto found = checkpoint.state.find(key);
+  if (found == checkpoint.state.end())
+    throw InputError(fmt::format("{}: has no '{}'", checkpoint.state_origin, key));
+  if (!found->is_number_integer() || found->get<int64_t>() < 0)
+    throw InputError(fmt::format("{}: '{}' must be a non-negative integer, found {}", checkpoint.state_origin, key,
+                                 found->dump()));
+  return found->get<int64_t>();
+}
+
+double state_number(const CheckpointData& checkpoint, const std::string& key, double fallback) {
+  const auto found = checkpoint.state.find(key);
+  if (found == checkpoint.state.end()) return fallback;
+  if (!found->is_number())
+    throw InputError(fmt::format("{}: '{}' must be a number, found {}", checkpoint.state_origin, key, found->dump()));
+  return found->get<double>();
 }
 
 }  // namespace inkstone

@@ -40,7 +40,13 @@ struct CheckpointData {
   NamedTensors objective;  // empty for objectives without weights of their own
   std::string config_toml;
   nlohmann::json tokenizer;
+  std::string state_origin = "state.json";  // load_checkpoint: the state.json path, for errors
 };
+
+// A trainer's own key of the checkpoint state; a missing key (without a fallback) or a value of another type is
+// an InputError naming state.json and the key. Integers must not be negative.
+int64_t state_count(const CheckpointData& checkpoint, const std::string& key);
+double state_number(const CheckpointData& checkpoint, const std::string& key, double fallback);
 
 // Called after each file is complete inside the temporary folder, with that file's name. Tests use it to
 // simulate a crash mid-write; the trainer passes nothing.

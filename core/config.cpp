@@ -12,6 +12,7 @@
 
 #include "core/config_schema.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace inkstone {
 namespace {
@@ -330,11 +331,7 @@ Config config_from_string(const std::string& toml_text, const std::string& origi
 }
 
 Config load_config(const std::string& path, const std::vector<std::string>& overrides) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("cannot read config file '{}'", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return config_from_string(text.str(), path, overrides);
+  return config_from_string(read_input_file(path, "config file"), path, overrides);
 }
 
 std::string field_to_toml(Config& config, const FieldSpec& field) {

@@ -10,6 +10,7 @@
 #include <xxhash.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/progress.h"
 
 namespace inkstone {
@@ -60,9 +61,7 @@ std::vector<fs::path> expand_inputs(const std::vector<fs::path>& inputs) {
 }
 
 std::ifstream open_input(const fs::path& file) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InputError(fmt::format("cannot open input {}", file.string()));
-  return in;
+  return open_input_file(file, "input");
 }
 
 // Where to end a piece of `buffer`: after its last newline, or else before a trailing UTF-8 sequence that the

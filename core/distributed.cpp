@@ -272,16 +272,19 @@ nlohmann::json rank_checkpoint_state(Distributed& distributed, int64_t step) {
 }
 
 void restore_rank_rng(const nlohmann::json& state, const Distributed& distributed, int64_t step) {
-  const auto saved_ranks = state.value("world_size", int64_t{1});
+  const auto world_size = state.find("world_size");
+  if (world_size != state.end() && !world_size->is_number_integer())
+    throw InputError(fmt::format("checkpoint step {}: state.json 'world_size' must be an integer", step));
+  const int64_t saved_ranks = world_size == state.end() ? 1 : world_size->get<int64_t>();
   if (saved_ranks != distributed.world_size())
     throw InputError(fmt::format("checkpoint step {} was written by {} rank(s) but this run has {}: resume with "
                                  "the same number of processes (each rank's random stream is restored)",
                                  step, saved_ranks, distributed.world_size()));
   if (!distributed.active()) {
-    restore_rng_state(state.at("rng"), "state.json");
+    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
     return;
   }
-  const auto& streams = state.at("rng_ranks");
+  const auto streams = state.value("rng_ranks", nlohmann::json());
   if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
     throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", step, saved_ranks));
   restore_rng_state(streams.at(static_cast<size_t>(distributed.rank())), "state.json");

@@ -26,6 +26,11 @@ void load_module_weights(torch::nn::Module& module, const NamedTensors& weights,
     if (it->second.sizes() != item.value().sizes())
       throw InputError(fmt::format("{}: weight '{}' has shape [{}], the model expects [{}]", origin, item.key(),
                                    fmt::join(it->second.sizes(), ", "), fmt::join(item.value().sizes(), ", ")));
+    // A checkpoint holds the dtype its model trains in; another one means a foreign or edited file, and copy_
+    // would convert it silently (import converts Hugging Face weights on purpose, before they get here).
+    if (it->second.scalar_type() != item.value().scalar_type())
+      throw InputError(fmt::format("{}: weight '{}' is {}, the model holds {}", origin, item.key(),
+                                   c10::toString(it->second.scalar_type()), c10::toString(item.value().scalar_type())));
     item.value().copy_(it->second);
   }
 }

@@ -2,9 +2,11 @@
 #include "core/platform.h"
 
 #include <malloc.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <thread>
 
 #include <fmt/format.h>
 #include <torch/cuda.h>
@@ -56,7 +58,7 @@ torch::Device resolve_device(const std::string& device) {
     return torch::kCUDA;
   }
   if (device == "auto") return cuda ? torch::Device(torch::kCUDA) : torch::Device(torch::kCPU);
-  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 &&
+  if (device.rfind("cuda:", 0) == 0 && device.size() > 5 && device.size() <= 9 &&
       device.find_first_not_of("0123456789", 5) == std::string::npos) {
     const int index = std::stoi(device.substr(5));
     if (!cuda || index >= static_cast<int>(torch::cuda::device_count()))
@@ -72,7 +74,20 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
+void require_memory(double bytes, const torch::Device& device, const std::string& what) {
+  if (!device.is_cpu()) return;
+  const double physical = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
+  if (physical > 0 && bytes > physical)
+    throw InputError(fmt::format("{} needs about {:.1f} GiB, more than this machine's {:.1f} GiB of memory", what,
+                                 bytes / (1 << 30), physical / (1 << 30)));
+}
+
 void set_threads(int64_t threads) {
+  // More intra-op threads than cores only adds contention: 1000 threads on 2 cores did not finish two steps of
+  // a tiny model in a minute.
+  const auto cores = static_cast<int64_t>(std::thread::hardware_concurrency());
+  if (cores > 0 && threads > cores)
+    throw InputError(fmt::format("run.threads = {} is more than this machine's {} cores", threads, cores));
   at::set_num_threads(static_cast<int>(threads));
 }
 

@@ -16,6 +16,12 @@ void warn_if_reference_blas();
 // "auto" picks CUDA when present; "cuda" without a GPU is an InputError.
 torch::Device resolve_device(const std::string& device);
 
+// An allocation whose size is predictable (a model's training state, a sampler's batch), checked before it is
+// made: on the CPU, more than the machine's physical memory is an InputError that gives both figures and `what`
+// needs it. Allocations on a GPU are left to its allocator (its error is caught at the top level).
+void require_memory(double bytes, const torch::Device& device, const std::string& what);
+
+// libtorch intra-op threads; more than the machine's cores is an InputError naming run.threads.
 void set_threads(int64_t threads);
 
 // Makes glibc keep freed tensor buffers for reuse: by default it maps every allocation above its mmap threshold

@@ -13,6 +13,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 // Tensor bytes go to and from memory unchanged, which is only the format's little-endian order on such hosts.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -97,9 +98,7 @@ class Reader {
   }
 
   std::ifstream open() const {
-    std::ifstream in(path_, std::ios::binary);
-    if (!in) fail("cannot open the file");
-    return in;
+    return open_input_file(path_, "safetensors file");
   }
 
   // One tensor's bytes, read at its offset into a new tensor.

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 
 // Shards hold little-endian ids and are read by memcpy; a big-endian host would need byte swaps everywhere.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "token shards assume a little-endian host");
@@ -49,14 +50,28 @@ nlohmann::json split_to_json(const SplitInfo& split) {
           {"shards", shards}};
 }
 
-SplitInfo split_from_json(const nlohmann::json& document) {
+int64_t non_negative(const nlohmann::json& document, const char* key, const std::string& where) {
+  const auto value = document.at(key).get<int64_t>();
+  if (value < 0) throw InputError(fmt::format("{}: {} = {} is negative", where, key, value));
+  return value;
+}
+
+// Shards are plain file names inside the data folder: a path elsewhere would read (or checksum) a foreign file.
+std::string shard_file_name(const nlohmann::json& entry, const std::string& where) {
+  auto file = entry.at("file").get<std::string>();
+  if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
+    throw InputError(fmt::format("{}: shard file '{}' is not a file name inside the data folder", where, file));
+  return file;
+}
+
+SplitInfo split_from_json(const nlohmann::json& document, const std::string& where) {
   SplitInfo split;
-  split.tokens = document.at("tokens").get<int64_t>();
-  split.documents = document.at("documents").get<int64_t>();
-  split.text_bytes = document.at("text_bytes").get<int64_t>();
+  split.tokens = non_negative(document, "tokens", where);
+  split.documents = non_negative(document, "documents", where);
+  split.text_bytes = non_negative(document, "text_bytes", where);
   for (const auto& entry : document.at("shards")) {
-    split.shards.push_back({entry.at("file").get<std::string>(), entry.at("tokens").get<int64_t>(),
-                            entry.at("documents").get<int64_t>(), entry.at("xxh64").get<std::string>()});
+    split.shards.push_back({shard_file_name(entry, where), non_negative(entry, "tokens", where),
+                            non_negative(entry, "documents", where), entry.at("xxh64").get<std::string>()});
   }
   return split;
 }
@@ -108,10 +123,21 @@ Manifest manifest_from_json(const nlohmann::json& document, const std::string& o
     manifest.vocab_size = tokenizer.at("vocab_size").get<int64_t>();
     manifest.eos = tokenizer.at("eos").get<int32_t>();
     manifest.pad = tokenizer.at("pad").get<int32_t>();
+    if (manifest.vocab_size < 1)
+      throw InputError(fmt::format("{}: tokenizer.vocab_size = {} must be positive", origin, manifest.vocab_size));
+    if (manifest.eos < 0 || manifest.eos >= manifest.vocab_size || manifest.pad < -1 ||
+        manifest.pad >= manifest.vocab_size)
+      throw InputError(fmt::format("{}: eos {} / pad {} outside the vocabulary of {} ids", origin, manifest.eos,
+                                   manifest.pad, manifest.vocab_size));
+    if (const auto order = document.at("byte_order").get<std::string>(); order != "little")
+      throw InputError(fmt::format("{}: byte_order '{}' is not supported (shards are little-endian)", origin, order));
     manifest.dtype = dtype_from_name(document.at("dtype").get<std::string>(), origin);
+    if (manifest.dtype == TokenDtype::uint16 && manifest.vocab_size > 65536)
+      throw InputError(fmt::format("{}: dtype uint16 cannot hold a vocabulary of {} ids", origin, manifest.vocab_size));
     manifest.val_fraction = document.at("validation").at("fraction").get<double>();
     manifest.val_rule = document.at("validation").at("rule").get<std::string>();
-    for (const auto& [name, split] : document.at("splits").items()) manifest.splits[name] = split_from_json(split);
+    for (const auto& [name, split] : document.at("splits").items()) 
+      manifest.splits[name] = split_from_json(split, fmt::format("{} split '{}'", origin, name));
     return manifest;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: incomplete manifest ({})", origin, e.what()));
@@ -124,14 +150,12 @@ void write_manifest(const std::filesystem::path& data_dir, const Manifest& manif
 
 Manifest read_manifest(const std::filesystem::path& data_dir) {
   const auto path = manifest_path(data_dir);
-  std::ifstream file(path, std::ios::binary);
-  if (!file) {
+  if (!std::filesystem::exists(path)) {
     throw InputError(fmt::format("{}: missing; make the data folder with `inkstone data prepare`", path.string()));
   }
-  std::stringstream text;
-  text << file.rdbuf();
-  if (text.str().empty()) throw InputError(fmt::format("{}: empty file", path.string()));
-  nlohmann::json document = nlohmann::json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const std::string text = read_input_file(path, "manifest");
+  if (text.empty()) throw InputError(fmt::format("{}: empty file", path.string()));
+  nlohmann::json document = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (document.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", path.string()));
   return manifest_from_json(document, path.string());
 }
@@ -198,6 +222,7 @@ SplitInfo ShardWriter::finish() {
 }
 
 MappedFile::MappedFile(const std::filesystem::path& path) {
+  require_regular_file(path, "shard");
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) throw InputError(fmt::format("{}: cannot open ({})", path.string(), std::strerror(errno)));
   struct stat info {};

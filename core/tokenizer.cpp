@@ -10,6 +10,7 @@
 #include "core/bpe_tokenizer.h"
 #include "core/byte_tokenizer.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 
 namespace inkstone {
 
@@ -81,13 +82,10 @@ std::unique_ptr<Tokenizer> load_tokenizer(const std::string& spec) {
     throw InputError(fmt::format("tokenizer '{}' is neither \"byte\" nor a tokenizer.json file or a folder with one",
                                  spec));
   }
-  std::ifstream in(file, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in) throw InputError(fmt::format("tokenizer '{}' cannot be read", file.string()));
+  const std::string text = read_input_file(file, "tokenizer");
   nlohmann::json document;
   try {
-    document = nlohmann::json::parse(text.str());
+    document = nlohmann::json::parse(text);
   } catch (const nlohmann::json::parse_error& e) {
     throw InputError(fmt::format("tokenizer '{}' is not valid JSON: {}", file.string(), e.what()));
   }

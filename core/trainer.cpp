@@ -184,8 +184,8 @@ void Trainer::resume(const CheckpointData& checkpoint) {
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
   restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;
-  tokens_seen_ = checkpoint.state.at("tokens_seen").get<int64_t>();
-  elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
+  tokens_seen_ = state_count(checkpoint, "tokens_seen");
+  elapsed_before_s_ = state_number(checkpoint, "elapsed_s", 0.0);
 }
 
 // `batch` is this rank's share of the global batch; its rows keep their global positions, so stratified draws

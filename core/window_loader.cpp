@@ -20,6 +20,15 @@ Manifest checked_manifest(const std::filesystem::path& data_dir, const WindowLoa
                                  "with this tokenizer or use the folder's tokenizer.json",
                                  manifest_path(data_dir).string(), manifest.tokenizer_fingerprint, expected));
   }
+  if (options.expected_vocab_size > 0 && manifest.vocab_size != options.expected_vocab_size) {
+    throw InputError(fmt::format("{}: tokenizer.vocab_size = {} but this run's tokenizer has {} ids",
+                                 manifest_path(data_dir).string(), manifest.vocab_size, options.expected_vocab_size));
+  }
+  if (!options.expected_tokenizer_kind.empty() && manifest.tokenizer_kind != options.expected_tokenizer_kind) {
+    throw InputError(fmt::format("{}: tokenizer.kind = '{}' but this run's tokenizer is '{}'",
+                                 manifest_path(data_dir).string(), manifest.tokenizer_kind,
+                                 options.expected_tokenizer_kind));
+  }
   if (options.window_len < 1) throw InputError(fmt::format("window length {} must be at least 1", options.window_len));
   if (options.rank < 0) throw InputError(fmt::format("rank {} must not be negative", options.rank));
   return manifest;

@@ -45,6 +45,10 @@ struct WindowLoaderOptions {
   bool verify = true;
   // When set, the folder must have been made with the tokenizer of this fingerprint (Tokenizer::fingerprint()).
   std::string expected_tokenizer_fingerprint;
+  // When set (> 0 / non-empty), the manifest's vocabulary and tokenizer kind must be these: ids are checked against
+  // the manifest's count, so a count that disagrees with the run's tokenizer would let out-of-range ids through.
+  int64_t expected_vocab_size = 0;
+  std::string expected_tokenizer_kind;
 };
 
 class WindowLoader {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -30,8 +31,7 @@ constexpr Family kFamilies[] = {{"Qwen3ForCausalLM", "qwen3", "qwen3", true},
 class ConfigReader {
  public:
   ConfigReader(const std::filesystem::path& path) : path_(path.string()) {
-    std::ifstream in(path);
-    if (!in) fail("cannot open the file");
+    std::ifstream in = open_input_file(path, "config.json");
     try {
       doc_ = json::parse(in);
     } catch (const json::parse_error& e) {

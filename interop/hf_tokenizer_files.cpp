@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/prompt_format.h"
 
 namespace inkstone {
@@ -24,7 +25,7 @@ constexpr const char* kLlama3Template =
 
 json read_json_or_null(const fs::path& path) {
   if (!fs::exists(path)) return json();
-  std::ifstream in(path);
+  std::ifstream in = open_input_file(path, "tokenizer file");
   try {
     return json::parse(in);
   } catch (const json::parse_error& e) {

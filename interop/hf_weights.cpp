@@ -8,6 +8,7 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -25,8 +26,7 @@ const std::map<std::string, std::string> kTopLevel = {
     {"head.weight", "lm_head.weight"}};
 
 json read_json(const fs::path& path) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open the file", path.string()));
+  std::ifstream in = open_input_file(path, "JSON file");
   try {
     return json::parse(in);
   } catch (const json::parse_error& e) {

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "rl/answer_extraction.h"
 #include "rl/task_registry.h"
 
@@ -15,8 +16,7 @@ namespace {
 class Gsm8kSource final : public PromptSource {
  public:
   explicit Gsm8kSource(const TaskOptions& options) {
-    std::ifstream in(options.path);
-    if (!in) throw InputError(fmt::format("{}: cannot open the GSM8K file", options.path));
+    std::ifstream in = open_input_file(options.path, "GSM8K file");
     const std::string stem = std::filesystem::path(options.path).stem().string();
     std::string line;
     for (int64_t line_number = 1; std::getline(in, line); ++line_number) {
@@ -31,6 +31,10 @@ class Gsm8kSource final : public PromptSource {
       }
       const auto reference = extract_marked_number(record["answer"].get<std::string>());
       if (!reference) throw InputError(where() + ": the answer has no final '#### N'");
+      if (!parse_number(*reference))
+        throw InputError(fmt::format("{}: the reference '{}' is not a number an answer can equal (a zero "
+                                     "denominator, or beyond 64-bit parts)",
+                                     where(), *reference));
       prompts_.push_back({fmt::format("gsm8k/{}/{}", stem, line_number),
                           render_prompt(options.prompt_template, record["question"].get<std::string>()), *reference});
     }

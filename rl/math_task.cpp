@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "rl/task_registry.h"
 
 namespace inkstone {
@@ -14,8 +15,7 @@ namespace {
 class MathSource final : public PromptSource {
  public:
   explicit MathSource(const TaskOptions& options) {
-    std::ifstream in(options.path);
-    if (!in) throw InputError(fmt::format("{}: cannot open the problem file", options.path));
+    std::ifstream in = open_input_file(options.path, "problem file");
     const auto items = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
     if (items.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", options.path));
     if (!items.is_array() || items.empty()) {

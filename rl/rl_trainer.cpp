@@ -419,8 +419,8 @@ void RlTrainer::resume(const CheckpointData& checkpoint) {
   import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
   restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;
-  optimizer_steps_ = checkpoint.state.at("optimizer_steps").get<int64_t>();
-  elapsed_before_s_ = checkpoint.state.value("elapsed_s", 0.0);
+  optimizer_steps_ = state_count(checkpoint, "optimizer_steps");
+  elapsed_before_s_ = state_number(checkpoint, "elapsed_s", 0.0);
 }
 
 // Each rank takes an equal slice of the held-out problems (rl.eval_prompts is a multiple of the ranks), so the

@@ -2,11 +2,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/platform.h"
+#include "models/model_dims.h"
 
 namespace inkstone {
 namespace {
@@ -25,7 +28,26 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   const auto& s = options.sampling;
   if (options.num_samples < 1) throw InputError("sample.num must be >= 1");
   if (options.max_new_tokens < 1) throw InputError("sample.max_new_tokens must be >= 1");
-  if (s.temperature < 0) throw InputError(fmt::format("sample.temperature = {} must be >= 0", s.temperature));
+  // Positions past the trained length have no meaning (RoPE never saw them) and the cache would grow unbounded.
+  const int64_t max_len = model->config().max_seq_len;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto length = static_cast<int64_t>(prompts[p].size());
+    if (length + options.max_new_tokens > max_len)
+      throw InputError(fmt::format("prompt {} has {} tokens: with max_new_tokens = {} that is {} positions, more than "
+                                   "model.max_seq_len = {}; shorten the prompt or lower max_new_tokens",
+                                   p, length, options.max_new_tokens, length + options.max_new_tokens, max_len));
+  }
+  // The KV cache of every row at full length, plus a few [rows, V] float rows of logits per step.
+  const ModelConfig& m = model->config();
+  const double rows = static_cast<double>(prompts.size()) * static_cast<double>(options.num_samples);
+  size_t longest = 0;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+  const double length = static_cast<double>(longest) + static_cast<double>(options.max_new_tokens);
+  const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * 4;
+  require_memory(cache + 4.0 * rows * model->vocab_size() * 4, model->parameters().front().device(),
+                 fmt::format("sampling {} rows of {} positions", rows, length));
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+    throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", s.temperature));
   if (s.top_k < 0) throw InputError(fmt::format("sample.top_k = {} must be >= 0", s.top_k));
   if (!(s.top_p > 0 && s.top_p <= 1)) throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", s.top_p));
 }

@@ -39,7 +39,8 @@ CanvasRow infill_row(const std::string& text, const Tokenizer& tokenizer) {
   for (auto it = std::sregex_iterator(text.begin(), text.end(), placeholder); it != std::sregex_iterator(); ++it) {
     const auto& match = *it;
     append_fixed(row, tokenizer.encode(text.substr(consumed, static_cast<size_t>(match.position()) - consumed)));
-    const int64_t count = std::stoll(match[1].str());
+    const std::string digits = match[1].str();
+    const int64_t count = digits.size() > 7 ? 0 : std::stoll(digits);  // 8+ digits are past the bound anyway
     if (count < 1 || count > 1 << 20)
       throw InputError(fmt::format("infill placeholder '{}' must ask for 1 to 1048576 tokens", match.str()));
     append_generated(row, count);

@@ -86,7 +86,7 @@ void add_data_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"documents", "tail"}))
       ->capture_default_str();
   prepare->add_option("--shard-tokens", args->shard_tokens, "Tokens per shard before the next one starts")
-      ->check(CLI::PositiveNumber)
+      ->check(count_range(1, int64_t{1} << 40))
       ->capture_default_str();
   prepare->add_option("--preset", args->preset, "fortunes: the English files of the Debian fortunes package")
       ->check(CLI::IsMember({"fortunes"}))

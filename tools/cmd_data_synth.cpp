@@ -61,7 +61,7 @@ void add_data_synth_command(CLI::App& data, Action& action) {
       ->check(CLI::IsMember({"arithmetic", "countdown"}))
       ->required();
   synth->add_option("--num", args->num, "Number of examples (problems 0..N-1 of the seed)")
-      ->check(CLI::PositiveNumber)
+      ->check(count_range(1, 1000000000))
       ->required();
   synth->add_option("--difficulty", args->difficulty, "arithmetic: 1..11, countdown: 1..4")->capture_default_str();
   synth

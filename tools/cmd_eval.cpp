@@ -11,6 +11,7 @@
 #include <sstream>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/safetensors.h"
 #include "core/trainer.h"
 #include "rl/rl_trainer.h"
@@ -38,12 +39,8 @@ struct EvalOptions {
 
 // One sequence per line, ids separated by spaces or commas; or a JSON array of arrays. Rows must be equally long.
 torch::Tensor read_token_ids(const std::string& path, int64_t vocab_size) {
-  std::ifstream in(path);
-  if (!in) throw InputError(fmt::format("{}: cannot open the file", path));
-  std::stringstream text;
-  text << in.rdbuf();
   std::vector<std::vector<int64_t>> rows;
-  const std::string content = text.str();
+  const std::string content = read_input_file(path, "token ids file");
   const size_t first = content.find_first_not_of(" \t\r\n");
   if (first != std::string::npos && content[first] == '[') {
     try {
@@ -168,9 +165,9 @@ void add_eval_command(CLI::App& app, Action& action) {
   auto* task = cmd->add_option("--task", o->task, "Held-out pass@k on a task (arithmetic, countdown, gsm8k, math)");
   cmd->add_option("--task-path", o->task_path, "gsm8k, math: the held-out problems file")->needs(task);
   cmd->add_option("--difficulty", o->difficulty, "Procedural tasks: difficulty")->needs(task)->check(CLI::Range(1, 100));
-  cmd->add_option("--problems", o->problems, "Held-out problems")->needs(task)->check(CLI::PositiveNumber);
+  cmd->add_option("--problems", o->problems, "Held-out problems")->needs(task)->check(count_range(1, 10000000));
   cmd->add_option("--samples", o->samples, "Samples per problem (k)")->needs(task)->check(CLI::Range(1, 4096));
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Longest completion")->needs(task)->check(CLI::PositiveNumber);
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Longest completion")->needs(task)->check(count_range(1, 1 << 24));
   cmd->add_option("--temperature", o->temperature, "Sampling temperature")->needs(task)->check(CLI::Range(1e-3, 100.0));
   auto* ids = cmd->add_option("--token-ids", o->token_ids,
                               "With --dump-logits: ids to score, one sequence per line (or a JSON array of arrays)");

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/prompt_format.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_canvas.h"
@@ -32,12 +33,12 @@ struct SampleOptions {
   std::string format = "text";
   std::string device;
   bool keep_special = false;
+  bool truncate_prompts = false;
 };
 
 std::vector<std::string> read_prompts(const SampleOptions& o, const SampleConfig& defaults) {
   if (!o.prompts_file.empty()) {
-    std::ifstream in(o.prompts_file);
-    if (!in) throw InputError(fmt::format("cannot read prompts file '{}'", o.prompts_file));
+    std::ifstream in = open_input_file(o.prompts_file, "prompts file");
     std::vector<std::string> prompts;
     for (std::string line; std::getline(in, line);)
       if (!line.empty()) prompts.push_back(line);
@@ -66,6 +67,21 @@ void print_sample(const SampleOptions& o, size_t index, const std::string& promp
   fmt::print("--- sample {} ({} tokens{}) ---\n{}{}\n", index + 1, tokens.size(), facts, prompt, text);
 }
 
+// --truncate-prompts: a prompt longer than the context leaves room for keeps its last tokens (the ones nearest the
+// continuation), said on stderr; without the option the sampler refuses it.
+void truncate_to_context(std::vector<std::vector<int32_t>>& prompts, int64_t max_new_tokens, int64_t max_seq_len) {
+  const int64_t room = max_seq_len - max_new_tokens;
+  if (room < 1)
+    throw InputError(fmt::format("max_new_tokens = {} leaves no room for a prompt in model.max_seq_len = {}",
+                                 max_new_tokens, max_seq_len));
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    auto& ids = prompts[p];
+    if (static_cast<int64_t>(ids.size()) <= room) continue;
+    fmt::print(stderr, "prompt {}: {} tokens truncated to its last {}\n", p, ids.size(), room);
+    ids.erase(ids.begin(), ids.end() - room);
+  }
+}
+
 int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
@@ -84,6 +100,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const std::vector<std::string> prompts = read_prompts(o, defaults);
   std::vector<std::vector<int32_t>> prompt_ids;
   for (const auto& text : prompts) prompt_ids.push_back(format.encode(text));
+  if (o.truncate_prompts) truncate_to_context(prompt_ids, options.max_new_tokens, trained.config.model.max_seq_len);
 
   ArSampleResult result = sample_autoregressive(trained.model, prompt_ids, options);
   for (size_t i = 0; i < result.samples.size(); ++i) {
@@ -182,21 +199,24 @@ void add_sample_command(CLI::App& app, Action& action) {
   checkpoint->excludes(run_dir);
   auto* prompt = cmd->add_option("--prompt", o->prompt, "Prompt text");
   cmd->add_option("--prompts-file", o->prompts_file, "One prompt per line")->excludes(prompt);
-  cmd->add_option("--num", o->num, "Samples per prompt")->check(CLI::PositiveNumber);
-  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->check(CLI::PositiveNumber);
+  cmd->add_option("--num", o->num, "Samples per prompt")->check(count_range(1, 1000000));
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Tokens to generate")->check(count_range(1, 1 << 24));
   cmd->add_option("--temperature", o->temperature, "Softmax temperature; 0: greedy")->check(CLI::Range(0.0, 100.0));
-  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens; 0: all")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--top-k", o->top_k, "Keep the k most likely tokens; 0: all")->check(count_range(0, int64_t{1} << 31));
   cmd->add_option("--top-p", o->top_p, "Nucleus mass")->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--seed", o->seed, "Sampling seed")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--seed", o->seed, "Sampling seed")->check(count_range(0, INT64_MAX));
   cmd->add_option("--infill", o->infill, "Diffusion: a template whose {{N}} placeholders are generated")
       ->excludes(prompt);
-  cmd->add_option("--steps", o->steps, "Diffusion: denoising steps")->check(CLI::PositiveNumber);
+  cmd->add_option("--steps", o->steps, "Diffusion: denoising steps")->check(count_range(1, 1000000));
   cmd->add_option("--sampler", o->diffusion_sampler, "Diffusion: ancestral | confidence")
       ->check(CLI::IsMember({"ancestral", "confidence"}));
   cmd->add_option("--noise-removal", o->noise_removal, "Diffusion final step: ancestral | greedy | none")
       ->check(CLI::IsMember({"ancestral", "greedy", "none"}));
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(count_range(0, 1000000));
+  cmd->add_flag("--truncate-prompts", o->truncate_prompts,
+                "Autoregressive: keep the last tokens of a prompt too long for max_seq_len with the new tokens "
+                "(default: refuse)");
   cmd->add_option("--format", o->format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
   cmd->add_flag("--keep-special", o->keep_special, "Print special tokens (<|im_end|>, eos) instead of dropping them");

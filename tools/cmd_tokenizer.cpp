@@ -10,6 +10,7 @@
 
 #include "core/bpe_trainer.h"
 #include "core/errors.h"
+#include "core/input_file.h"
 #include "core/tokenizer.h"
 #include "tools/commands.h"
 
@@ -19,11 +20,7 @@ namespace {
 constexpr const char* kSpecHelp = "\"byte\", a tokenizer.json file, or a folder holding tokenizer.json";
 
 std::string read_file_or_throw(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(fmt::format("input file '{}' cannot be opened", path));
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
+  return read_input_file(path, "input file");
 }
 
 struct TrainOptions {

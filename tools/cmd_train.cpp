@@ -115,7 +115,7 @@ int train(const TrainOptions& o) {
   auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();
   TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs(), launch.rank);
-  LanguageModel model = build_model_for(config, *ctx.tokenizer);
+  LanguageModel model = build_model_for(config, *ctx.tokenizer, ctx.device);
   if (main) {
     print_run_header(config, model, run_dir, ctx.device);
     if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);

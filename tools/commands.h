@@ -1,10 +1,14 @@
 // The `inkstone` subcommands: each tools/cmd_*.cpp adds one subcommand to the app and sets the action to run.
 #pragma once
+#include <cstdint>
 #include <functional>
 
 #include <CLI/CLI.hpp>
 
 namespace inkstone::cli {
+
+// Bounds of a count option, named in its error (CLI11's PositiveNumber prints 1.8e308 in full as its bound).
+inline CLI::Range count_range(int64_t min, int64_t max) { return CLI::Range(min, max); }
 
 // The action the parsed subcommand runs; it returns the process exit code.
 using Action = std::function<int()>;

@@ -1,5 +1,9 @@
 // The `inkstone` command line. Exit codes: 0 success, 2 usage/config/input error, 1 runtime failure.
 #include <cstdio>
+#include <new>
+#include <string>
+
+#include <c10/util/Exception.h>
 
 #include <fmt/format.h>
 
@@ -42,6 +46,17 @@ int main(int argc, char** argv) {
   } catch (const InputError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 2;
+  } catch (const std::bad_alloc&) {
+    fmt::print(stderr, "error: out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs "
+                       "less)\n");
+    return 1;
+  } catch (const c10::Error& e) {
+    // libtorch's what() carries a C++ stack dump; the user gets its message on one line.
+    std::string message = e.what_without_backtrace();
+    for (char& c : message)
+      if (c == '\n') c = ' ';
+    fmt::print(stderr, "error: {}\n", message);
+    return 1;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return 1;

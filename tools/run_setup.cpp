@@ -46,6 +46,8 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     o.mode = window_mode_from_name(config.data.mode);
     o.seed = static_cast<uint64_t>(config.run.seed);
     o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
+    o.expected_vocab_size = tokenizer.vocab_size();
+    o.expected_tokenizer_kind = tokenizer.kind();
     o.rank = rank;
     return o;
   };
@@ -55,7 +57,15 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
   return data;
 }
 
-LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer) {
+LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer, const torch::Device& device) {
+  // fp32 weights, gradients and two Adam moments: 16 bytes a parameter, before any activation.
+  const ModelConfig& m = config.model;
+  const int64_t vocab = std::max<int64_t>(m.vocab_size, tokenizer.vocab_size());
+  const double parameters = static_cast<double>(width_dependent_parameter_count(m, layer_widths(m))) +
+                            static_cast<double>(vocab) * static_cast<double>(m.d_model) * (m.tie_embeddings ? 1 : 2);
+  require_memory(16 * parameters, device,
+                 fmt::format("training a model of about {:.3g} parameters (vocabulary {}, model.d_model {})",
+                             parameters, vocab, m.d_model));
   return build_language_model(config.model, tokenizer.vocab_size());
 }
 

@@ -32,7 +32,8 @@ struct TrainingData {
 TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,
                                 int64_t rank = 0);
 
-LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer);
+// Refuses (InputError) a model whose training state cannot fit in the memory of a CPU `device`.
+LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer, const torch::Device& device);
 void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,
                       torch::Device device);
 

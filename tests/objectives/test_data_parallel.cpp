@@ -288,8 +288,8 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
   auto model = build_language_model(single.model, tokenizer->vocab_size());
   Trainer trainer(single, model, make_objective(single, *tokenizer), tokenizer, loader(single, "train", 0),
                   loader(single, "val", 0), dir / "resumed", torch::kCPU);
-  EXPECT_NE(testing::input_error_of([&] { trainer.resume(parallel); }).find("written by 2 rank(s) but this run has 1"),
-            std::string::npos);
+  const std::string refusal = testing::input_error_of([&] { trainer.resume(parallel); });
+  EXPECT_NE(refusal.find("written by 2 rank(s) but this run has 1"), std::string::npos) << refusal;
 }
 
 // RL over 2 ranks: each rolls out 2 of the step's 4 prompts, and after every step both hold the same weights to

@@ -75,7 +75,7 @@ class ZooConfigs : public ::testing::TestWithParam<std::string> {
     const Config config = load_config(path.string(), overrides);
     auto run = cli::prepare_run(config);
     const auto data = cli::open_training_data(config, *run.tokenizer, run.objective->needs());
-    auto model = cli::build_model_for(config, *run.tokenizer);
+    auto model = cli::build_model_for(config, *run.tokenizer, run.device);
     Trainer trainer(config, model, std::move(run.objective), run.tokenizer, data.train, data.val, run_dir,
                     run.device);
     std::vector<double> losses;
