@@ -214,6 +214,10 @@ CheckpointData load_folder(const fs::path& folder) {
   data.state_origin = state_path.string();
   data.step = state["step"].get<int64_t>();
   if (data.step < 0) throw InputError(fmt::format("{}: step {} is negative", state_path.string(), data.step));
+  // A checkpoint folder is named after its step; a disagreement means an edited or misplaced state.json.
+  if (const auto named = parse_step(folder.filename().string()); named && *named != data.step)
+    throw InputError(fmt::format("{}: step {} but the folder is {}", state_path.string(), data.step,
+                                 folder.filename().string()));
   state.erase("step");
   state.erase("files");
   data.state = std::move(state);

@@ -106,9 +106,11 @@ void check_number(const FieldSpec& field, double value, const std::string& locat
   // NaN passes every comparison below, and an infinity is never a setting: both would fail deep in a run.
   if (!std::isfinite(value))
     throw InputError(fmt::format("key '{}' at {} is {}, must be a finite number", field.name(), location, value));
-  if ((field.min && value < *field.min) || (field.max && value > *field.max)) {
-    std::string bounds = field.max ? fmt::format("in [{}, {}]", *field.min, *field.max)
-                                   : fmt::format(">= {}", *field.min);
+  const bool below = field.min && (value < *field.min || (field.min_exclusive && value == *field.min));
+  if (below || (field.max && value > *field.max)) {
+    const char* open = field.min_exclusive ? "(" : "[";
+    std::string bounds = field.max ? fmt::format("in {}{}, {}]", open, *field.min, *field.max)
+                                   : fmt::format("{} {}", field.min_exclusive ? ">" : ">=", *field.min);
     throw InputError(fmt::format("key '{}' at {} is {}, must be {}", field.name(), location, value, bounds));
   }
 }

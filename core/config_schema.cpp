@@ -11,6 +11,13 @@ struct FieldBuilder {
     spec.max = hi;
     return *this;
   }
+  // (0, hi]: zero would silently do nothing (a learning rate) or divide by zero deep in a run (an init std).
+  FieldBuilder& positive_up_to(double hi) {
+    spec.min = 0;
+    spec.min_exclusive = true;
+    spec.max = hi;
+    return *this;
+  }
   FieldBuilder& at_least(double lo) {
     spec.min = lo;
     return *this;
@@ -65,7 +72,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, max_seq_len, int64_t{256}, "Longest sequence (RoPE table, KV cache).")
           .range(1, 1 << 20),
       INKSTONE_FIELD(model, rope_theta, 10000.0, "RoPE base (Qwen3 uses 1e6 at long context).").range(1, inf),
-      INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").range(0, 1),
+      INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").positive_up_to(1),
       INKSTONE_FIELD(model, qk_norm, true, "Per-head RMSNorm of q and k before RoPE (Qwen3; Llama and Qwen2 have none)."),
       INKSTONE_FIELD(model, attention_bias, "none",
                      "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
@@ -84,7 +91,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, tie_embeddings, true, "Share the token embedding with the output head."),
       INKSTONE_FIELD(model, init, "normal", "Weight init scheme: normal (fixed init_std) or gamma "
                      "(std = fan_in^-gamma).").one_of({"normal", "gamma"}),
-      INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").range(0, 1),
+      INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").positive_up_to(1),
       INKSTONE_FIELD(model, init_gamma, 1.0, "init = gamma: every matrix N(0, fan_in^(-2 gamma)); 0.5 is LeCun.")
           .range(0, 4),
       INKSTONE_FIELD(model, init_gamma_embedding, -1.0, "init = gamma: gamma of the token embedding; < 0: init_gamma.")
@@ -194,7 +201,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(data, document_mask, false,
                      "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
 
-      INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").range(0, 10),
+      INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").positive_up_to(10),
       INKSTONE_FIELD(optim, beta1, 0.9, "AdamW beta1.").range(0, 1),
       INKSTONE_FIELD(optim, beta2, 0.95, "AdamW beta2.").range(0, 1),
       INKSTONE_FIELD(optim, eps, 1e-8, "AdamW epsilon.").range(0, 1),
@@ -236,7 +243,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, max_new_tokens, int64_t{128}, "Tokens to generate.").at_least(1),
       INKSTONE_FIELD(sample, temperature, 1.0, "Softmax temperature; 0: greedy.").range(0, 100),
       INKSTONE_FIELD(sample, top_k, int64_t{0}, "Keep the k most likely tokens; 0: all.").at_least(0),
-      INKSTONE_FIELD(sample, top_p, 1.0, "Nucleus mass; 1: all.").range(0, 1),
+      INKSTONE_FIELD(sample, top_p, 1.0, "Nucleus mass; 1: all.").positive_up_to(1),
       INKSTONE_FIELD(sample, seed, int64_t{0}, "Sampling seed.").at_least(0),
       INKSTONE_FIELD(sample, prompt, "", "Default prompt text."),
       INKSTONE_FIELD(sample, steps, int64_t{64}, "Diffusion: denoising steps.").at_least(1),
@@ -278,7 +285,7 @@ std::vector<FieldSpec> build_schema() {
           .at_least(1),
       INKSTONE_FIELD(rl, temperature, 1.0, "Rollout temperature; the trainer's log-probs use it too.")
           .range(1e-3, 100),
-      INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").range(0, 1),
+      INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").positive_up_to(1),
       INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos)."),
       INKSTONE_FIELD(rl, reference, "initial", "initial: a frozen copy of the initial policy; old: the rollout "
                      "policy (drift d = 0).")

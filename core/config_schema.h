@@ -22,6 +22,7 @@ struct FieldSpec {
   std::function<FieldSlot(Config&)> slot;
   std::optional<double> min;         // numbers: inclusive bounds
   std::optional<double> max;
+  bool min_exclusive = false;        // (min, max]: a value that must be positive
   std::vector<std::string> choices;  // strings: the allowed values, when restricted
 
   std::string name() const { return section + "." + key; }

@@ -163,9 +163,10 @@ std::vector<WeightedReward> weighted_rewards(const RlConfig& rl) {
       try {
         size_t used = 0;
         reward.weight = std::stod(entry.substr(eq + 1), &used);
-        if (used != entry.size() - eq - 1) throw std::invalid_argument(entry);
+        if (used != entry.size() - eq - 1 || !std::isfinite(reward.weight)) throw std::invalid_argument(entry);
       } catch (const std::exception&) {
-        throw InputError(fmt::format("rl.rewards entry '{}' must be \"name\" or \"name=weight\"", entry));
+        throw InputError(
+            fmt::format("rl.rewards entry '{}' must be \"name\" or \"name=weight\" with a finite weight", entry));
       }
     }
     reward.function = make_reward_function(entry.substr(0, eq), rl.task);

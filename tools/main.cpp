@@ -37,7 +37,8 @@ int main(int argc, char** argv) {
   } catch (const CLI::CallForAllHelp& e) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
-    app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);
+    fmt::print(stderr, "error: {} (see --help)\n", e.what());
     return 2;
   }
 
