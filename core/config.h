@@ -207,6 +207,9 @@ struct SampleConfig {
   int64_t steps;               // diffusion: denoising steps
   std::string diffusion_sampler;  // ancestral | confidence
   std::string noise_removal;   // diffusion final step: ancestral | greedy | none
+  double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
+  int64_t batch_size;          // diffusion: sequences per denoiser call
+  bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
 };
 
 // How prompts are rendered for `sample` and RL (core/prompt_format.h): a chat model expects its own turn markers.

@@ -252,6 +252,14 @@ std::vector<FieldSpec> build_schema() {
           .one_of({"ancestral", "confidence"}),
       INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
           .one_of({"ancestral", "greedy", "none"}),
+      INKSTONE_FIELD(sample, min_p, 0.0, "Diffusion: keep tokens with x̂ >= min_p times the largest; 0: off.")
+          .range(0, 0.999),
+      INKSTONE_FIELD(sample, batch_size, int64_t{256},
+                     "Diffusion: sequences per denoiser call; more prompts run in batches of this many.")
+          .range(1, 1 << 20),
+      INKSTONE_FIELD(sample, fused, true,
+                     "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "
+                     "float64 reference."),
 
       INKSTONE_FIELD(chat, format, "raw",
                      "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "

@@ -9,6 +9,7 @@
 
 #include "core/errors.h"
 #include "sampler/diffusion_posterior.h"
+#include "sampler/kernels/diffusion_step.h"
 
 namespace inkstone {
 namespace {
@@ -36,11 +37,11 @@ torch::Tensor commits_at_step(const torch::Tensor& free_count, int64_t k, int64_
 }
 
 // Confidence-based step (gidd-easydel; LLaDA's low-confidence remasking, §8.6): each row commits its `count`
-// highest-scoring open positions to a draw from x̂ (its argmax at temperature 0); committed positions join the
-// fixed ones. Uniform noise scores a position by how much x̂ prefers another token to the current one,
+// highest-scoring open positions to `drawn`, draws from x̂ (its argmax at temperature 0); committed positions join
+// the fixed ones. Uniform noise scores a position by how much x̂ prefers another token to the current one,
 // max_v x̂_v − x̂_{z_i}; masked noise by max_v x̂_v over still-masked positions.
 void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor& x_hat, const torch::Tensor& count,
-                     const DiffusionProcess& process, at::Generator& generator) {
+                     const DiffusionProcess& process, const torch::Tensor& drawn) {
   const auto best = std::get<0>(x_hat.max(-1));
   auto score = process.noise == DiffusionNoise::uniform ? best - x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1)
                                                         : best;
@@ -49,7 +50,6 @@ void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor&
   const auto rank = torch::empty_like(order).scatter_(-1, order, torch::arange(z.size(1), order.options())
                                                                      .expand_as(order).contiguous());
   const auto commit = open & rank.lt(count.unsqueeze(-1));
-  const auto drawn = exponential_race(x_hat, generator);
   z = torch::where(commit, drawn, z);
   open = open & ~commit;
 }
@@ -98,7 +98,13 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
                                        torch::Device device) {
   if (options.steps < 1) throw InputError(fmt::format("diffusion steps = {} must be >= 1", options.steps));
-  if (options.filter.temperature < 0) throw InputError("sample.temperature must be >= 0");
+  if (!(options.filter.temperature >= 0) || !std::isfinite(options.filter.temperature))
+    throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", options.filter.temperature));
+  if (!(options.filter.top_p > 0 && options.filter.top_p <= 1))
+    throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", options.filter.top_p));
+  if (!(options.min_p >= 0 && options.min_p < 1))
+    throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.min_p));
+  if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
   if (process.noise == DiffusionNoise::masked && process.mask_id < 0)
     throw InputError("masked diffusion needs a tokenizer with a mask token");
   const auto start_time = std::chrono::steady_clock::now();
@@ -110,42 +116,73 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   const auto fixed = canvas.fixed.to(device);
   const int64_t rows = fixed_tokens.size(0);
   const auto support = process.support->member_mask(device);
+  const auto sequences = torch::arange(options.first_sequence, options.first_sequence + rows, torch::kLong);
+  const auto sequences_on_device = sequences.to(device);
 
   // The prior: uniform tokens from the support, or every position masked.
-  auto prior = process.noise == DiffusionNoise::uniform
-                   ? process.support->sample_uniform(fixed_tokens, &generator)
-                   : torch::full_like(fixed_tokens, process.mask_id);
+  torch::Tensor prior;
+  if (process.noise == DiffusionNoise::masked) {
+    prior = torch::full_like(fixed_tokens, process.mask_id);
+  } else if (options.fused) {
+    prior = keyed_uniform_tokens(support, sequences, fixed_tokens.size(1), static_cast<uint64_t>(options.seed))
+                .to(device);
+  } else {
+    prior = process.support->sample_uniform(fixed_tokens, &generator);
+  }
   auto z = torch::where(fixed, fixed_tokens, prior);
   auto open = ~fixed;  // confidence sampling: positions not committed yet
   const auto free_count = open.sum(-1);
 
   DiffusionSampleResult result;
-  torch::Tensor x_hat, x_hat_input;
-  // x̂ for the current z at time t; reused while z is unchanged and the denoiser ignores t (§8.4).
+  torch::Tensor logits, logits_input;
+  // The denoiser's logits for the current z at time t; reused while z is unchanged and the denoiser ignores t
+  // (§8.4).
   auto denoise = [&](double t) {
-    if (x_hat.defined() && !process.time_conditioned && z.equal(x_hat_input)) return x_hat;
+    if (logits.defined() && !process.time_conditioned && z.equal(logits_input)) return logits;
     const double sigma = -std::log(alpha_at(*process.schedule, t));
-    auto logits = denoiser(z, torch::full({rows}, sigma, torch::dtype(torch::kDouble).device(device)));
+    logits = denoiser(z, torch::full({rows}, sigma, torch::dtype(torch::kDouble).device(device)));
+    if (logits.scalar_type() != torch::kFloat && logits.scalar_type() != torch::kBFloat16)
+      logits = logits.to(torch::kFloat);
     ++result.model_calls;
-    x_hat = clean_token_probs(logits, process, options.filter);
-    x_hat_input = z.clone();
-    return x_hat;
+    logits_input = z.clone();
+    return logits;
   };
-  auto posterior = [&](const torch::Tensor& probs, double alpha_t, double alpha_s) {
-    return process.noise == DiffusionNoise::uniform ? uniform_posterior(probs, z, alpha_t, alpha_s, support)
-                                                    : masked_posterior(probs, z, alpha_t, alpha_s, process.mask_id);
+  // One draw per position from q(z_s | z_t, x̂) with α_t, α_s (α_t = 0, α_s = 1: from x̂ itself).
+  auto draw = [&](const torch::Tensor& step_logits, double alpha_t, double alpha_s, uint32_t step) {
+    if (options.fused) {
+      kernels::DiffusionRowParams p;
+      p.temperature = options.filter.temperature;
+      p.top_k = options.filter.top_k;
+      p.top_p = options.filter.top_p;
+      p.min_p = options.min_p;
+      p.alpha_t = alpha_t;
+      p.alpha_s = alpha_s;
+      p.absorbing = process.noise == DiffusionNoise::masked;
+      p.mask_id = process.mask_id;
+      p.support_size = process.support->size();
+      p.seed = static_cast<uint64_t>(options.seed);
+      p.step = step;
+      return fused_diffusion_step(step_logits, z, support, sequences_on_device, p);
+    }
+    const auto x_hat = clean_token_probs(step_logits, process, options.filter);
+    const auto q = process.noise == DiffusionNoise::uniform
+                       ? uniform_posterior(x_hat, z, alpha_t, alpha_s, support)
+                       : masked_posterior(x_hat, z, alpha_t, alpha_s, process.mask_id);
+    return exponential_race(q, generator);
   };
 
   const int64_t steps = options.steps;
   for (int64_t k = 0; k < steps; ++k) {
     const double t = 1.0 - (1.0 - options.t_end) * static_cast<double>(k) / steps;
     const double s = 1.0 - (1.0 - options.t_end) * static_cast<double>(k + 1) / steps;
-    const auto probs = denoise(t);
+    const auto step_logits = denoise(t);
+    const auto step = static_cast<uint32_t>(k);
     if (options.method == DiffusionMethod::ancestral) {
-      z = exponential_race(posterior(probs, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s)),
-                           generator);
+      z = draw(step_logits, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s), step);
     } else {
-      confidence_step(z, open, probs, commits_at_step(free_count, k, steps), process, generator);
+      const auto drawn = draw(step_logits, 0.0, 1.0, step);
+      confidence_step(z, open, clean_token_probs(step_logits, process, options.filter),
+                      commits_at_step(free_count, k, steps), process, drawn);
     }
     z = torch::where(fixed, fixed_tokens, z);
     if (options.on_trace && options.trace_every > 0 && ((k + 1) % options.trace_every == 0 || k + 1 == steps))
@@ -154,11 +191,11 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
 
   // The last step from t_end to clean text (§8.2); confidence sampling has committed every position already.
   if (options.method == DiffusionMethod::ancestral && options.noise_removal != NoiseRemoval::none) {
-    const auto probs = denoise(options.t_end);
-    const auto clean = options.noise_removal == NoiseRemoval::greedy
-                           ? probs.argmax(-1)
-                           : exponential_race(posterior(probs, alpha_at(*process.schedule, options.t_end), 1.0),
-                                              generator);
+    const auto final_logits = denoise(options.t_end);
+    const auto clean =
+        options.noise_removal == NoiseRemoval::greedy
+            ? process.support->restrict_logits(final_logits.to(torch::kFloat)).argmax(-1)
+            : draw(final_logits, alpha_at(*process.schedule, options.t_end), 1.0, static_cast<uint32_t>(steps));
     // Absorbing noise never changes a position that is already unmasked.
     const auto settled = process.noise == DiffusionNoise::masked ? z.ne(process.mask_id) : fixed;
     z = torch::where(settled | fixed, z, clean);

@@ -46,7 +46,13 @@ struct DiffusionSampleOptions {
   DiffusionMethod method = DiffusionMethod::ancestral;
   NoiseRemoval noise_removal = NoiseRemoval::ancestral;
   SamplingParams filter;  // temperature, top-k, top-p on x̂ — never on the posterior (§8.3)
+  double min_p = 0;       // fused only: keep x̂_v >= min_p · max x̂ (0: off)
   int64_t seed = 0;
+  // The fused step (sampler/kernels/diffusion_step.h): no [B, L, V] float64 tensors, draws keyed by (seed, step,
+  // sequence, position) so a sequence's sample does not depend on its batch; the CUDA kernel on a GPU. false: the
+  // eager float64 reference, whose draws come from one generator over the whole batch.
+  bool fused = true;
+  int64_t first_sequence = 0;  // the global number of the canvas's first row (its random stream)
   double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (§11.6)
   // Called with (step, z) every trace_every steps and after the last one; 0: never.
   int64_t trace_every = 0;

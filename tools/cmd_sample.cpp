@@ -34,6 +34,9 @@ struct SampleOptions {
   std::string device;
   bool keep_special = false;
   bool truncate_prompts = false;
+  std::optional<double> min_p;
+  std::optional<int64_t> batch_size;
+  bool eager = false;
 };
 
 std::vector<std::string> read_prompts(const SampleOptions& o, const SampleConfig& defaults) {
@@ -86,6 +89,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
   if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
+  if (o.min_p) throw InputError("--min-p is a diffusion option; this checkpoint is autoregressive");
 
   ArSampleOptions options;
   options.num_samples = o.num.value_or(defaults.num);
@@ -127,7 +131,10 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   options.filter.top_k = o.top_k.value_or(defaults.top_k);
   options.filter.top_p = o.top_p.value_or(defaults.top_p);
   options.seed = o.seed.value_or(defaults.seed);
+  options.min_p = o.min_p.value_or(defaults.min_p);
+  options.fused = o.eager ? false : defaults.fused;
   const int64_t copies = o.num.value_or(defaults.num);
+  const int64_t batch_size = o.batch_size.value_or(defaults.batch_size);
 
   // Prompts are prefixes (an empty one samples unconditionally); an infill template fixes text around holes.
   std::vector<std::string> prompts;
@@ -149,24 +156,36 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
     return tokenizer.decode(ids, o.keep_special);
   };
-  if (o.trace > 0) {
-    options.trace_every = o.trace;
-    options.on_trace = [&](int64_t step, const torch::Tensor& z) {
-      const auto rows = z.cpu();
-      for (int64_t r = 0; r < rows.size(0); ++r)
-        fmt::print(stderr, "[step {:>4} sample {}] {}\n", step, r + 1, row_text(rows[r].contiguous()));
-    };
+  // Sequences run in batches of batch_size rows; each keeps its own random stream (options.first_sequence), so
+  // its sample does not depend on the batch it falls in (with the fused step), and memory is that of one batch.
+  const int64_t rows = canvas.tokens.size(0);
+  DiffusionSampleResult result;
+  result.tokens = torch::empty_like(canvas.tokens);
+  for (int64_t first = 0; first < rows; first += batch_size) {
+    const int64_t count = std::min(batch_size, rows - first);
+    options.first_sequence = first;
+    if (o.trace > 0) {
+      options.trace_every = o.trace;
+      options.on_trace = [&, first](int64_t step, const torch::Tensor& z) {
+        const auto batch = z.cpu();
+        for (int64_t r = 0; r < batch.size(0); ++r)
+          fmt::print(stderr, "[step {:>4} sample {}] {}\n", step, first + r + 1, row_text(batch[r].contiguous()));
+      };
+    }
+    const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
+    const auto done = sample_diffusion(model_denoiser(trained.model), process, part, options, trained.device);
+    result.tokens.narrow(0, first, count).copy_(done.tokens);
+    result.model_calls += done.model_calls;
+    result.seconds += done.seconds;
   }
-
-  DiffusionSampleResult result =
-      sample_diffusion(model_denoiser(trained.model), process, canvas, options, trained.device);
-  const auto fixed = canvas.fixed;
+  const auto token_at = result.tokens.accessor<int64_t, 2>();
+  const auto fixed_at = canvas.fixed.accessor<bool, 2>();
   for (int64_t r = 0; r < result.tokens.size(0); ++r) {
     std::vector<int32_t> tokens, generated;
     for (int64_t i = 0; i < result.tokens.size(1); ++i) {
-      const auto id = static_cast<int32_t>(result.tokens[r][i].item<int64_t>());
+      const auto id = static_cast<int32_t>(token_at[r][i]);
       tokens.push_back(id);
-      if (!fixed[r][i].item<bool>()) generated.push_back(id);
+      if (!fixed_at[r][i]) generated.push_back(id);
     }
     // A prefix prompt is printed by print_sample; an infill shows the whole filled template.
     const bool infill = !o.infill.empty();
@@ -214,6 +233,11 @@ void add_sample_command(CLI::App& app, Action& action) {
       ->check(CLI::IsMember({"ancestral", "greedy", "none"}));
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
       ->check(count_range(0, 1000000));
+  cmd->add_option("--min-p", o->min_p, "Diffusion: keep tokens with x̂ >= min-p times the largest")
+      ->check(CLI::Range(0.0, 0.999));
+  cmd->add_option("--batch-size", o->batch_size, "Diffusion: sequences per denoiser call")
+      ->check(count_range(1, 1 << 20));
+  cmd->add_flag("--eager", o->eager, "Diffusion: the eager float64 reference step instead of the fused one");
   cmd->add_flag("--truncate-prompts", o->truncate_prompts,
                 "Autoregressive: keep the last tokens of a prompt too long for max_seq_len with the new tokens "
                 "(default: refuse)");

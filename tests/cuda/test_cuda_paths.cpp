@@ -1,4 +1,5 @@
-// The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA and KV-cache decoding.
+// The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA, KV-cache decoding and
+// the fused diffusion step (cuRAND's Philox against the twin's).
 // ctest label `cuda`; each test skips, saying why, where no GPU is present (bench/gpu/check runs them on one).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -7,6 +8,7 @@
 #include "core/torch_compat.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
+#include "sampler/kernels/diffusion_step.h"
 #include "tests/fixtures.h"
 
 namespace inkstone {
@@ -97,6 +99,45 @@ TEST(Cuda, GreedyKvCacheDecodingMatchesTheCpu) {
   const auto gpu = sample_autoregressive(model, prompts, options);
   ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
   for (size_t i = 0; i < cpu.samples.size(); ++i) EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << i;
+}
+
+// The kernel and its CPU twin draw the same token from the same logits at every position, for float32 and bf16
+// logits, uniform and absorbing noise, with filters: the same row code, and cuRAND's Philox equal to the twin's.
+TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(8);
+  const int64_t rows = 4, length = 37, vocab = 50000;
+  const auto logits = (3.0 * torch::randn({rows, length, vocab})).contiguous();
+  auto support = torch::ones({vocab}, torch::kBool);
+  support[vocab - 1] = false;  // the absorbing state
+  const auto z = torch::randint(0, vocab - 1, {rows, length}, torch::kLong);
+  const auto sequences = torch::tensor({0, 1, 977, 123456789}, torch::kLong);
+  for (const bool absorbing : {false, true}) {
+    for (const bool filtered : {false, true}) {
+      kernels::DiffusionRowParams p;
+      p.temperature = filtered ? 0.8 : 1.0;
+      p.top_k = filtered ? 200 : 0;
+      p.top_p = filtered ? 0.9 : 1.0;
+      p.min_p = filtered ? 0.01 : 0.0;
+      p.alpha_t = 0.3;
+      p.alpha_s = 0.5;
+      p.absorbing = absorbing;
+      p.mask_id = vocab - 1;
+      p.support_size = vocab - 1;
+      p.seed = 31;
+      p.step = 6;
+      auto state = absorbing ? torch::where(torch::rand({rows, length}) < 0.5, torch::full_like(z, vocab - 1), z) : z;
+      for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+        const auto on_cpu = fused_diffusion_step(logits.to(dtype), state, support, sequences, p);
+        const auto on_gpu = fused_diffusion_step(logits.to(dtype).cuda(), state.cuda(), support.cuda(),
+                                                 sequences.cuda(), p)
+                                .cpu();
+        EXPECT_TRUE(torch::equal(on_cpu, on_gpu)) << "absorbing " << absorbing << " filtered " << filtered
+                                                  << " dtype " << dtype << ": "
+                                                  << on_cpu.ne(on_gpu).sum().item<int64_t>() << " positions differ";
+      }
+    }
+  }
 }
 
 }  // namespace

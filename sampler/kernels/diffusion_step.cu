@@ -1,0 +1,117 @@
+// The fused diffusion step on the GPU: one block per token position, its threads splitting the vocabulary, the
+// row code shared with the CPU (diffusion_step_row.h), uniforms from cuRAND's Philox device API keyed like the
+// CPU twin's, so both draw the same token from the same logits (docs/kernels.md).
+#include <cuda_runtime.h>
+#include <curand_kernel.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "sampler/kernels/diffusion_step_cuda.h"
+
+namespace inkstone::kernels {
+namespace {
+
+constexpr int kThreads = 256;  // a power of two: the tree reductions halve it
+constexpr int64_t kMaxBlocks = 65535 * 16;
+
+// A block's threads as the row code's lanes; every reduction is reached by all of them (the row code only returns
+// early on a condition the whole block shares).
+struct BlockLanes {
+  double* values;
+  int64_t* indices;
+
+  __device__ int64_t first() const { return threadIdx.x; }
+  __device__ int64_t stride() const { return blockDim.x; }
+
+  __device__ double sum(double value) const {
+    values[threadIdx.x] = value;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) values[threadIdx.x] += values[threadIdx.x + half];
+      __syncthreads();
+    }
+    const double total = values[0];
+    __syncthreads();
+    return total;
+  }
+
+  // The largest value and, among equals, the smallest index, to every thread.
+  __device__ void argmax(double& value, int64_t& index) const {
+    values[threadIdx.x] = value;
+    indices[threadIdx.x] = index;
+    __syncthreads();
+    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
+      if (threadIdx.x < half) {
+        const double other = values[threadIdx.x + half];
+        const int64_t other_index = indices[threadIdx.x + half];
+        if (other > values[threadIdx.x] || (other == values[threadIdx.x] && other_index < indices[threadIdx.x])) {
+          values[threadIdx.x] = other;
+          indices[threadIdx.x] = other_index;
+        }
+      }
+      __syncthreads();
+    }
+    value = values[0];
+    index = indices[0];
+    __syncthreads();
+  }
+};
+
+// cuRAND's Philox4_32_10 at the twin's counter: curand_init's offset counts 32-bit outputs, four per block.
+struct CurandUniforms {
+  uint64_t seed, subsequence;
+  uint32_t step;
+  __device__ double at(int64_t v) const {
+    curandStatePhilox4_32_10_t state;
+    curand_init(seed, subsequence, 4 * step_offset(step, static_cast<uint64_t>(v) / 2), &state);
+    const uint4 block = curand4(&state);
+    return v % 2 == 0 ? uniform_from_words(block.x, block.y) : uniform_from_words(block.z, block.w);
+  }
+};
+
+template <typename Logit>
+__global__ void diffusion_step_kernel(const Logit* logits, const int64_t* z, const bool* support,
+                                      const int64_t* sequences, int64_t positions, int64_t length, int64_t vocab,
+                                      DiffusionRowParams params, int64_t* next) {
+  __shared__ double values[kThreads];
+  __shared__ int64_t indices[kThreads];
+  BlockLanes lanes{values, indices};
+  for (int64_t position = blockIdx.x; position < positions; position += gridDim.x) {
+    const auto sequence = static_cast<uint64_t>(sequences[position / length]);
+    CurandUniforms uniforms{params.seed, position_subsequence(sequence, static_cast<uint64_t>(position % length)),
+                            params.step};
+    const int64_t token =
+        diffusion_step_row(logits + position * vocab, vocab, support, z[position], params, uniforms, lanes);
+    if (threadIdx.x == 0) next[position] = token;
+  }
+}
+
+template <typename Logit>
+void launch(const Logit* logits, const int64_t* z, const bool* support, const int64_t* sequences, int64_t rows,
+            int64_t length, int64_t vocab, const DiffusionRowParams& params, int64_t* next, void* stream) {
+  const int64_t positions = rows * length;
+  if (positions == 0) return;
+  const auto blocks = static_cast<unsigned>(positions < kMaxBlocks ? positions : kMaxBlocks);
+  diffusion_step_kernel<Logit><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
+      logits, z, support, sequences, positions, length, vocab, params, next);
+  const cudaError_t status = cudaGetLastError();
+  if (status != cudaSuccess)
+    throw std::runtime_error(std::string("fused diffusion step: kernel launch failed: ") + cudaGetErrorString(status));
+}
+
+}  // namespace
+
+void launch_diffusion_step_f32(const float* logits, const int64_t* z, const bool* support, const int64_t* sequences,
+                               int64_t rows, int64_t length, int64_t vocab, const DiffusionRowParams& params,
+                               int64_t* next, void* stream) {
+  launch(logits, z, support, sequences, rows, length, vocab, params, next, stream);
+}
+
+void launch_diffusion_step_bf16(const Bf16Bits* logits, const int64_t* z, const bool* support,
+                                const int64_t* sequences, int64_t rows, int64_t length, int64_t vocab,
+                                const DiffusionRowParams& params, int64_t* next, void* stream) {
+  launch(logits, z, support, sequences, rows, length, vocab, params, next, stream);
+}
+
+}  // namespace inkstone::kernels

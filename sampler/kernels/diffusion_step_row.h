@@ -1,0 +1,192 @@
+// One reverse step of discrete diffusion for one token position, fused (docs/kernels.md): from the model's logits
+// over the vocabulary to the next token, without materialising x̂ or the posterior. The same code runs on the CPU
+// (one position per call, serial lanes) and inside the CUDA kernel (one position per block, a block's threads as
+// lanes): `Lanes` supplies the loop split and the reductions, `Uniforms` the counter-based draws.
+//
+// Per position, with logits l over the vocabulary and the support S (|S| = N) that x̂ ranges over:
+//   1. x̂ = softmax(l / T) over S, after top-k, top-p and min-p on x̂ (filters act on x̂, never on the posterior);
+//      T = 0 makes x̂ the point mass on the first argmax.
+//   2. The posterior q(v) up to its normaliser (the sampler's float64 reference: sampler/diffusion_posterior.h):
+//      uniform:   N α_t x̂_v [v = z] + (α_t/α_s − α_t)[v = z] + (α_s − α_t) x̂_v + (1 − α_t/α_s)(1 − α_s)/N · [v ∈ S]
+//      absorbing: at a masked z, (α_s − α_t)/(1 − α_t) x̂_v for v ≠ m and (1 − α_s)/(1 − α_t) for m; otherwise z.
+//   3. The draw: argmax_v q(v) / E_v with E_v = −log U_v (an exponential race; ties to the smaller id).
+// top-k and top-p become thresholds on the logit found by bisection over the 2^32 ordered float keys (32 passes of
+// a count or a sum), so no sort and no per-row buffer; ties at a threshold are all kept.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+#include "sampler/kernels/philox.h"
+
+namespace inkstone::kernels {
+
+struct DiffusionRowParams {
+  double temperature = 1.0;  // 0: x̂ is the point mass on the argmax
+  int64_t top_k = 0;         // 0: off
+  double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off; keeps x̂_v >= min_p · max x̂
+  double alpha_t = 1.0;
+  double alpha_s = 1.0;
+  bool absorbing = false;    // masked diffusion: mask_id is the absorbing state
+  int64_t mask_id = -1;
+  int64_t support_size = 0;  // N
+  uint64_t seed = 0;
+  uint32_t step = 0;
+};
+
+// bf16 logits as their bit pattern: the upper half of a float.
+struct Bf16Bits {
+  uint16_t bits;
+};
+
+INKSTONE_HD inline float bits_to_float(uint32_t bits) {
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(bits);
+#else
+  float value;
+  std::memcpy(&value, &bits, sizeof value);
+  return value;
+#endif
+}
+
+INKSTONE_HD inline uint32_t float_to_bits(float value) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(value);
+#else
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  return bits;
+#endif
+}
+
+INKSTONE_HD inline float to_float(float value) { return value; }
+INKSTONE_HD inline float to_float(Bf16Bits value) { return bits_to_float(static_cast<uint32_t>(value.bits) << 16); }
+
+// Floats in the order of unsigned keys: a threshold search over keys is a search over values.
+INKSTONE_HD inline uint32_t ordered_key(float value) {
+  const uint32_t bits = float_to_bits(value);
+  return (bits & 0x80000000u) ? ~bits : (bits | 0x80000000u);
+}
+
+// The largest key K with measure(K) >= target, for a measure that falls as K rises (a count or mass of the
+// values whose key is >= K). measure(0) >= target must hold.
+template <typename Measure>
+INKSTONE_HD uint32_t largest_key_reaching(double target, Measure measure) {
+  uint64_t low = 0, high = 0xFFFFFFFFull;
+  while (low < high) {
+    const uint64_t middle = low + (high - low + 1) / 2;
+    if (measure(static_cast<uint32_t>(middle)) >= target) {
+      low = middle;
+    } else {
+      high = middle - 1;
+    }
+  }
+  return static_cast<uint32_t>(low);
+}
+
+template <typename Logit, typename Lanes, typename Uniforms>
+INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const bool* support, int64_t z,
+                                       const DiffusionRowParams& p, Uniforms& uniforms, Lanes& lanes) {
+  if (p.absorbing && z != p.mask_id) return z;  // an unmasked position never changes
+  const double no_value = -1.0e300;
+
+  // The largest logit over the support and its first index.
+  double best = no_value;
+  int64_t best_index = vocab;
+  for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
+    const double l = to_float(logits[v]);
+    if (support[v] && l > best) {
+      best = l;
+      best_index = v;
+    }
+  }
+  lanes.argmax(best, best_index);
+  const double top = best;
+  const int64_t argmax = best_index;
+  const bool greedy = p.temperature == 0;
+
+  // Filters as one kept set: the support, logits at or above the top-k and top-p keys, and x̂ >= min_p · max x̂.
+  auto weight = [&](double l) { return ::exp((l - top) / p.temperature); };
+  uint32_t floor_key = 0;
+  if (!greedy && p.top_k > 0 && p.top_k < p.support_size) {
+    floor_key = largest_key_reaching(static_cast<double>(p.top_k), [&](uint32_t key) {
+      double count = 0;
+      for (int64_t v = lanes.first(); v < vocab; v += lanes.stride())
+        count += support[v] && ordered_key(to_float(logits[v])) >= key ? 1.0 : 0.0;
+      return lanes.sum(count);
+    });
+  }
+  auto kept_mass = [&](uint32_t key) {
+    double mass = 0;
+    for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
+      const float l = to_float(logits[v]);
+      if (support[v] && ordered_key(l) >= key) mass += weight(l);
+    }
+    return lanes.sum(mass);
+  };
+  if (!greedy && p.top_p < 1.0) {
+    const double target = p.top_p * kept_mass(floor_key);
+    const uint32_t top_p_key = largest_key_reaching(target, kept_mass);
+    floor_key = top_p_key > floor_key ? top_p_key : floor_key;
+  }
+  const double min_logit = !greedy && p.min_p > 0 ? top + p.temperature * ::log(p.min_p) : no_value;
+  auto kept = [&](int64_t v, float l) { return support[v] && ordered_key(l) >= floor_key && l >= min_logit; };
+  double normaliser = 1.0;
+  if (!greedy) {
+    double mass = 0;
+    for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
+      const float l = to_float(logits[v]);
+      if (kept(v, l)) mass += weight(l);
+    }
+    normaliser = lanes.sum(mass);
+  }
+
+  // The posterior's weight of each id and the race.
+  const double n = static_cast<double>(p.support_size);
+  const double a_t = p.alpha_t, a_s = p.alpha_s;
+  double race = -1.0;
+  int64_t winner = vocab;
+  for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
+    const bool is_mask = p.absorbing && v == p.mask_id;
+    if (!support[v] && !is_mask) continue;
+    const float l = to_float(logits[v]);
+    const double x_hat = greedy ? (v == argmax ? 1.0 : 0.0) : (kept(v, l) ? weight(l) / normaliser : 0.0);
+    double q;
+    if (p.absorbing) {
+      q = is_mask ? (1.0 - a_s) / (1.0 - a_t) : (a_s - a_t) / (1.0 - a_t) * x_hat;
+    } else {
+      const double at_z = v == z ? 1.0 : 0.0;
+      q = n * a_t * x_hat * at_z + (a_t / a_s - a_t) * at_z + (a_s - a_t) * x_hat +
+          (1.0 - a_t / a_s) * (1.0 - a_s) / n;
+    }
+    if (!(q > 0)) continue;
+    const double score = q / -::log(uniforms.at(v));
+    if (score > race) {
+      race = score;
+      winner = v;
+    }
+  }
+  lanes.argmax(race, winner);
+  return winner;
+}
+
+// The CPU's lanes: one thread walks the whole row, and a reduction is the value itself.
+struct SerialLanes {
+  int64_t first() const { return 0; }
+  int64_t stride() const { return 1; }
+  double sum(double value) const { return value; }
+  void argmax(double&, int64_t&) const {}
+};
+
+// The CPU's uniforms: Philox blocks computed here, one per vocabulary pair.
+struct PhiloxUniforms {
+  uint64_t seed, subsequence;
+  uint32_t step;
+  double at(int64_t v) const {
+    const PhiloxBlock block = philox4x32_10(seed, subsequence, step_offset(step, static_cast<uint64_t>(v) / 2));
+    return v % 2 == 0 ? uniform_from_words(block.x, block.y) : uniform_from_words(block.z, block.w);
+  }
+};
+
+}  // namespace inkstone::kernels
