@@ -49,6 +49,7 @@ struct BenchArgs {
   int64_t denoise_steps = 64;            // diffusion-sample
   int64_t new_tokens = 512;              // decode, rollout
   bool kv_cache = true;                  // decode
+  bool fused = true;                     // diffusion-sample: the fused step, or the eager float64 one
   std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
   int64_t group = 8, prompts = 4;        // rollout
 };
@@ -218,6 +219,7 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
                                torch::zeros({a.batch, a.seq_len}, torch::kBool)};
   DiffusionSampleOptions options;
   options.seed = a.seed;
+  options.fused = a.fused;
   options.steps = 2;  // warmup: first calls allocate and pick kernels
   sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
   options.steps = a.denoise_steps;
@@ -305,6 +307,7 @@ int main(int argc, char** argv) {
   app.add_option("--denoise-steps", a.denoise_steps)->check(CLI::PositiveNumber);
   app.add_option("--new-tokens", a.new_tokens)->check(CLI::PositiveNumber);
   app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
+  app.add_option("--fused", a.fused, "diffusion-sample: the fused step (1) or the eager float64 step (0)");
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
   app.add_option("--profile", a.profile, "Write a Chrome trace of the libtorch ops run to this file");

@@ -179,12 +179,19 @@ struct SerialLanes {
   void argmax(double&, int64_t&) const {}
 };
 
-// The CPU's uniforms: Philox blocks computed here, one per vocabulary pair.
+// The CPU's uniforms: Philox blocks computed here, one per vocabulary pair; the serial walk asks for ids in order,
+// so the block of the last pair is kept for its second id.
 struct PhiloxUniforms {
   uint64_t seed, subsequence;
   uint32_t step;
-  double at(int64_t v) const {
-    const PhiloxBlock block = philox4x32_10(seed, subsequence, step_offset(step, static_cast<uint64_t>(v) / 2));
+  uint64_t pair = ~uint64_t{0};
+  PhiloxBlock block{};
+  double at(int64_t v) {
+    const auto wanted = static_cast<uint64_t>(v) / 2;
+    if (wanted != pair) {
+      pair = wanted;
+      block = philox4x32_10(seed, subsequence, step_offset(step, pair));
+    }
     return v % 2 == 0 ? uniform_from_words(block.x, block.y) : uniform_from_words(block.z, block.w);
   }
 };
