@@ -50,6 +50,7 @@ struct BenchArgs {
   int64_t new_tokens = 512;              // decode, rollout
   bool kv_cache = true;                  // decode
   bool fused = true;                     // diffusion-sample: the fused step, or the eager float64 one
+  int64_t vocab = 0;                     // model.vocab_size (0: the byte tokenizer's); rows past it are padding
   std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
   int64_t group = 8, prompts = 4;        // rollout
 };
@@ -111,7 +112,9 @@ Config bench_config(const BenchArgs& a, const std::string& objective, int64_t ma
       "train.eval_batches=1",
       "train.checkpoint_interval=0",
   };
-  return config_from_string("", "inkstone_bench", overrides);
+  auto with_vocab = overrides;
+  if (a.vocab > 0) with_vocab.push_back(fmt::format("model.vocab_size={}", a.vocab));
+  return config_from_string("", "inkstone_bench", with_vocab);
 }
 
 void add_weights(NamedTensors& share, const LanguageModelImpl& model) {
@@ -307,6 +310,7 @@ int main(int argc, char** argv) {
   app.add_option("--denoise-steps", a.denoise_steps)->check(CLI::PositiveNumber);
   app.add_option("--new-tokens", a.new_tokens)->check(CLI::PositiveNumber);
   app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
+  app.add_option("--vocab", a.vocab, "model.vocab_size: 0 is the byte tokenizer's; larger pads the head");
   app.add_option("--fused", a.fused, "diffusion-sample: the fused step (1) or the eager float64 step (0)");
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);

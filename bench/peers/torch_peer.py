@@ -272,10 +272,11 @@ def main():
     p.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2.x)")
     for name, default in [("d-model", 64), ("layers", 2), ("heads", 4), ("kv-heads", 4), ("seq-len", 64),
                           ("batch", 8), ("steps", 10), ("warmup", 3), ("denoise-steps", 64), ("new-tokens", 512),
-                          ("kv-cache", 1), ("group", 8), ("prompts", 4), ("fused", 1)]:
+                          ("kv-cache", 1), ("group", 8), ("prompts", 4), ("fused", 1), ("vocab", 0)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--objective", default="ar", choices=["ar", "uniform_diffusion"])
-    # --fused selects inkstone's diffusion step; the peer's loop is always the eager one.
+    # --fused selects inkstone's diffusion step; the peer's loop is always the eager one. --vocab sizes inkstone's
+    # model; the peer reads the vocabulary from the shared weights.
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)

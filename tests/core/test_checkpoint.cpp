@@ -9,9 +9,11 @@
 
 #include "core/checkpoint.h"
 #include "core/errors.h"
+#include "core/module_weights.h"
 #include "core/optimizer_state.h"
 #include "core/rng_state.h"
 #include "core/torch_compat.h"
+#include "tests/fixtures.h"
 #include "tests/test_paths.h"
 
 namespace inkstone {
@@ -325,6 +327,16 @@ TEST(CheckpointOptimizer, StateMissingAParameterIsRefusedAndNoUpdateYetIsKept) {
     EXPECT_NE(message.find("optimizer.safetensors: optimizer state is incomplete"), std::string::npos) << message;
     EXPECT_NE(message.find("'" + lost + "'"), std::string::npos) << message;
   }
+}
+
+TEST(CheckpointWeights, AWeightOfAnotherDtypeIsRefusedNotConverted) {
+  auto model = tiny_model(6);
+  NamedTensors weights = named_parameters(model);
+  weights.front().second = weights.front().second.to(torch::kDouble);
+  const std::string message = testing::input_error_of([&] { load_module_weights(*model, weights, "step 3"); });
+  EXPECT_NE(message.find("step 3: weight '" + weights.front().first + "' is Double, the model holds Float"),
+            std::string::npos)
+      << message;
 }
 
 // --- RNG state -------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 #include <memory>
 #include <sstream>
 
+#include "core/errors.h"
 #include "core/tokenizer.h"
 #include "tests/test_paths.h"
 
@@ -123,4 +124,17 @@ TEST(HfTokenizers, SpecialRolesFromTheDocument) {
 }
 
 }  // namespace
+// Ids past the vocabulary must all be added tokens, so a huge id is refused before anything is sized by it.
+TEST(HfTokenizers, AnAddedTokenIdFarBeyondTheVocabularyIsRefused) {
+  json document = json::parse(zstd_decompress(read_file(fixtures_dir() / "qwen3_tokenizer.json.zst")));
+  document["added_tokens"][0]["id"] = 2000000000;
+  try {
+    tokenizer_from_json(document, "qwen3 with a huge id");
+    FAIL() << "no throw";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("added token id 2000000000 is beyond the vocabulary"), std::string::npos)
+        << e.what();
+  }
+}
+
 }  // namespace inkstone

@@ -50,6 +50,16 @@ TEST(Gsm8kSource, ErrorsNameTheFileAndLine) {
   }
   std::ofstream(file) << "{\"question\": \"1+1?\"}\n";
   EXPECT_THROW(make_prompt_source(task("gsm8k", file.string())), InputError);
+  // A reference no answer can ever equal is reported at load, not discovered as zero reward.
+  for (const char* reference : {"1/0", "123456789012345678901234567890"}) {
+    std::ofstream(file) << "{\"question\": \"q\", \"answer\": \"#### " << reference << "\"}\n";
+    try {
+      make_prompt_source(task("gsm8k", file.string()));
+      ADD_FAILURE() << reference << " was accepted";
+    } catch (const InputError& e) {
+      EXPECT_NE(std::string(e.what()).find("bad.jsonl:1: the reference"), std::string::npos) << e.what();
+    }
+  }
   EXPECT_THROW(make_prompt_source(task("gsm8k", (dir / "missing.jsonl").string())), InputError);
   fs::remove_all(dir);
 }

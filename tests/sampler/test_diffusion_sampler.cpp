@@ -243,6 +243,7 @@ TEST(DiffusionCanvas, InfillTemplateMarksGeneratedPositions) {
   EXPECT_EQ(row.tokens[5], 'c');
   EXPECT_THROW(infill_row("no placeholder", tokenizer), InputError);
   EXPECT_THROW(infill_row("zero {{0}}", tokenizer), InputError);
+  EXPECT_THROW(infill_row("huge {{99999999999999999999}}", tokenizer), InputError);  // 20 digits: no stoll overflow
 
   const auto canvas = make_canvas({prefix_row({7, 8}, 2), row}, 2);
   EXPECT_EQ(canvas.tokens.sizes(), (torch::IntArrayRef{4, 8}));
