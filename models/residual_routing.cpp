@@ -1,7 +1,10 @@
 #include "models/residual_routing.h"
 
+#include <algorithm>
+
 #include <torch/torch.h>
 
+#include "models/kernels/route_sources.h"
 #include "models/rms_norm.h"
 
 namespace inkstone {
@@ -47,6 +50,12 @@ torch::Tensor RoutingSiteImpl::delta_gate(const torch::Tensor& p) const {
 }
 
 torch::Tensor RoutingSiteImpl::route(const std::vector<torch::Tensor>& sources, int64_t heads) {
+  // On a GPU the fused kernel (docs/kernels.md) reads the sources in place, with no stacked copy and no key or
+  // product tensors kept for the backward; bf16 (autocast) and the CPU take the composite.
+  const auto dtype = sources.front().scalar_type();
+  if (sources.front().is_cuda() && (dtype == torch::kFloat || dtype == torch::kDouble) &&
+      std::all_of(sources.begin(), sources.end(), [&](const torch::Tensor& s) { return s.scalar_type() == dtype; }))
+    return fused_route_sources(sources, query, key_gain, norm_eps_, heads);
   return route_sources(torch::stack(sources), query, key_gain, norm_eps_, heads);
 }
 

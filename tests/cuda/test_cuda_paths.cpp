@@ -6,6 +6,7 @@
 
 #include "core/explicit_attention.h"
 #include "core/torch_compat.h"
+#include "models/kernels/route_sources.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
@@ -138,6 +139,54 @@ TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
       }
     }
   }
+}
+
+// The routing kernel against its CPU twin, forward and backward, float32 and float64, at a zoo-like shape.
+TEST(Cuda, FusedRoutingMatchesTheCpuTwin) {
+  INKSTONE_REQUIRE_CUDA();
+  for (const auto dtype : {torch::kFloat, torch::kDouble}) {
+    torch::manual_seed(5);
+    const auto options = torch::TensorOptions().dtype(dtype);
+    const auto sources = torch::randn({9, 2, 64, 256}, options);
+    const auto query = torch::randn({256}, options), gain = 1.0 + 0.2 * torch::randn({256}, options);
+    const auto grad_out = torch::randn({2, 64, 256}, options);
+    std::vector<torch::Tensor> results[2];
+    for (const bool gpu : {false, true}) {
+      auto s = (gpu ? sources.cuda() : sources).requires_grad_(true);
+      auto q = (gpu ? query.cuda() : query).requires_grad_(true);
+      auto g = (gpu ? gain.cuda() : gain).requires_grad_(true);
+      const auto out = fused_route_sources(s.unbind(0), q, g, 1e-6, 4);
+      out.backward(gpu ? grad_out.cuda() : grad_out);
+      results[gpu] = {out.detach().cpu(), s.grad().cpu(), q.grad().cpu(), g.grad().cpu()};
+    }
+    const double tolerance = dtype == torch::kDouble ? 1e-10 : 1e-4;
+    for (size_t k = 0; k < results[0].size(); ++k) {
+      const double scale = std::max(1.0, results[0][k].abs().max().item<double>());
+      EXPECT_LT((results[1][k] - results[0][k]).abs().max().item<double>(), tolerance * scale)
+          << "tensor " << k << " dtype " << dtype;
+    }
+  }
+}
+
+// An MHAR model, whose routing sites take the fused kernel on the GPU: loss and gradients as on the CPU (composite).
+TEST(Cuda, MharModelTrainsAsOnTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  auto config = testing::tiny_model_config(/*init_std=*/0.3);
+  config.residual = "mhar";
+  config.residual_heads = 2;
+  torch::manual_seed(11);
+  auto model = build_language_model(config, kVocab);
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.add_(0.05 * torch::randn_like(p));  // non-zero pseudo-queries
+  }
+  const auto tokens = random_tokens();
+  const auto cpu = loss_and_grads(model, tokens);
+  model->to(torch::kCUDA);
+  const auto gpu = loss_and_grads(model, tokens.cuda());
+  EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4);
+  for (size_t i = 0; i < cpu.grads.size(); ++i)
+    EXPECT_LT((gpu.grads[i] - cpu.grads[i]).abs().max().item<double>(), 1e-3) << i;
 }
 
 }  // namespace
