@@ -5,6 +5,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kernels/block_sum.cuh"
 #include "models/kernels/route_sources_cuda.h"
 
 namespace inkstone::kernels {
@@ -19,17 +20,7 @@ struct BlockRouteLanes {
   __device__ int64_t stride() const { return blockDim.x; }
   __device__ void barrier() const { __syncthreads(); }
   __device__ void accumulate(double* into, int64_t index, double value) const { atomicAdd(into + index, value); }
-  __device__ double sum(double value) const {
-    reduce[threadIdx.x] = value;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) reduce[threadIdx.x] += reduce[threadIdx.x + half];
-      __syncthreads();
-    }
-    const double total = reduce[0];
-    __syncthreads();
-    return total;
-  }
+  __device__ double sum(double value) const { return block_sum(reduce, value); }
 };
 
 // Dynamic shared memory: the reduction buffer, then the row scratch (3 S H + S doubles).

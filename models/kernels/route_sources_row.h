@@ -14,7 +14,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "sampler/kernels/philox.h"  // INKSTONE_HD
+#include "core/kernels/host_device.h"
 
 namespace inkstone::kernels {
 

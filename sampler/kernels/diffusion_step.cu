@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "core/kernels/block_sum.cuh"
 #include "sampler/kernels/diffusion_step_cuda.h"
 
 namespace inkstone::kernels {
@@ -24,17 +25,7 @@ struct BlockLanes {
   __device__ int64_t first() const { return threadIdx.x; }
   __device__ int64_t stride() const { return blockDim.x; }
 
-  __device__ double sum(double value) const {
-    values[threadIdx.x] = value;
-    __syncthreads();
-    for (unsigned half = blockDim.x / 2; half > 0; half /= 2) {
-      if (threadIdx.x < half) values[threadIdx.x] += values[threadIdx.x + half];
-      __syncthreads();
-    }
-    const double total = values[0];
-    __syncthreads();
-    return total;
-  }
+  __device__ double sum(double value) const { return block_sum(values, value); }
 
   // The largest value and, among equals, the smallest index, to every thread.
   __device__ void argmax(double& value, int64_t& index) const {

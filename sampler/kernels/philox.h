@@ -6,11 +6,7 @@
 #pragma once
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define INKSTONE_HD __host__ __device__
-#else
-#define INKSTONE_HD
-#endif
+#include "core/kernels/host_device.h"
 
 namespace inkstone::kernels {
 
