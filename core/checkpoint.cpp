@@ -10,6 +10,7 @@
 #include <cctype>
 #include <cerrno>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -23,21 +24,28 @@ namespace fs = std::filesystem;
 namespace {
 
 // A diverged update must never become the checkpoint a run resumes from or samples (docs/reliability.md): one
-// reduction per tensor and one host transfer per checkpoint.
+// reduction per floating tensor and one host transfer per device the tensors live on (a GPU run's optimizer state
+// mixes CUDA moments with CPU step counters).
 void require_finite(const NamedTensors& tensors, const char* part, int64_t step) {
-  std::vector<torch::Tensor> flags;
-  for (const auto& [name, tensor] : tensors)
-    flags.push_back(tensor.is_floating_point() ? torch::isfinite(tensor).all() : torch::ones({}, torch::kBool));
-  if (flags.empty()) return;
-  const auto host = torch::stack(flags).cpu();
-  for (size_t i = 0; i < tensors.size(); ++i)
-    if (!host[static_cast<int64_t>(i)].item<bool>())
-      throw NonFiniteError(fmt::format(
-          "refusing to write the checkpoint of step {}: {} tensor '{}' holds NaN or inf (the update diverged: check "
-          "optim.learning_rate, optim.eps, optim.beta1/beta2 and optim.weight_decay); the last checkpoint is intact",
-          step, part, tensors[i].first));
+  std::map<std::string, std::pair<std::vector<size_t>, std::vector<torch::Tensor>>> by_device;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const auto& tensor = tensors[i].second;
+    if (!tensor.is_floating_point()) continue;  // integers cannot be NaN
+    auto& [indices, flags] = by_device[tensor.device().str()];
+    indices.push_back(i);
+    flags.push_back(torch::isfinite(tensor).all());
+  }
+  for (const auto& [device, group] : by_device) {
+    const auto host = torch::stack(group.second).cpu();
+    for (size_t k = 0; k < group.first.size(); ++k)
+      if (!host[static_cast<int64_t>(k)].item<bool>())
+        throw NonFiniteError(fmt::format(
+            "refusing to write the checkpoint of step {}: {} tensor '{}' holds NaN or inf (the update diverged: "
+            "check optim.learning_rate, optim.eps, optim.beta1/beta2 and optim.weight_decay); the last checkpoint "
+            "is intact",
+            step, part, tensors[group.first[k]].first));
+  }
 }
-
 
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "core/checkpoint.h"
 #include "core/explicit_attention.h"
 #include "core/torch_compat.h"
 #include "models/kernels/route_sources.h"
@@ -11,6 +12,7 @@
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "tests/fixtures.h"
+#include "tests/test_paths.h"
 
 namespace inkstone {
 namespace {
@@ -152,9 +154,8 @@ TEST(Cuda, FusedRoutingMatchesTheCpuTwin) {
     const auto grad_out = torch::randn({2, 64, 256}, options);
     std::vector<torch::Tensor> results[2];
     for (const bool gpu : {false, true}) {
-      auto s = (gpu ? sources.cuda() : sources).requires_grad_(true);
-      auto q = (gpu ? query.cuda() : query).requires_grad_(true);
-      auto g = (gpu ? gain.cuda() : gain).requires_grad_(true);
+      const auto place = [gpu](const torch::Tensor& t) { return (gpu ? t.cuda() : t.clone()).requires_grad_(true); };
+      auto s = place(sources), q = place(query), g = place(gain);
       const auto out = fused_route_sources(s.unbind(0), q, g, 1e-6, 4);
       out.backward(gpu ? grad_out.cuda() : grad_out);
       results[gpu] = {out.detach().cpu(), s.grad().cpu(), q.grad().cpu(), g.grad().cpu()};
@@ -187,6 +188,22 @@ TEST(Cuda, MharModelTrainsAsOnTheCpu) {
   EXPECT_NEAR(gpu.loss, cpu.loss, 1e-4);
   for (size_t i = 0; i < cpu.grads.size(); ++i)
     EXPECT_LT((gpu.grads[i] - cpu.grads[i]).abs().max().item<double>(), 1e-3) << i;
+}
+
+// A GPU run's checkpoint mixes CUDA weights and moments with CPU step counters: the finiteness check must take
+// each device's tensors on their own (a cross-device stack failed every GPU checkpoint).
+TEST(Cuda, ACheckpointOfCudaAndCpuTensorsIsWrittenAndNaNIsStillCaught) {
+  INKSTONE_REQUIRE_CUDA();
+  const auto dir = testing::temp_dir("cuda_checkpoint");
+  CheckpointData data;
+  data.step = 1;
+  data.model = {{"w", torch::ones({3}, torch::kCUDA)}};
+  data.optimizer = {{"w.exp_avg", torch::zeros({3}, torch::kCUDA)}, {"w.step", torch::tensor(int64_t{1})}};
+  EXPECT_NO_THROW(save_checkpoint(dir, data, 0));
+  data.step = 2;
+  data.optimizer[0].second[1] = NAN;
+  EXPECT_THROW(save_checkpoint(dir, data, 0), NonFiniteError);
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

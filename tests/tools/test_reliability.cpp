@@ -117,6 +117,26 @@ TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
   fs::remove_all(dir);
 }
 
+// A prompt longer than the trained context is refused by name, or cut from the front on request.
+TEST(BoundedSampling, ALongPromptIsRefusedOrTruncatedOnRequest) {
+  const auto dir = testing::temp_dir("bounded_sampling");
+  const auto config = write_tiny_config(dir, 1);
+  const auto run = (dir / "run").string();
+  ASSERT_EQ(run_cli({"train", config.string(), "--run-dir", run}).exit_code, 0);
+  const std::string prompt(40, 'a');  // 41 tokens with the leading eos; max_seq_len is 32
+  const auto refused = run_cli({"sample", "--run-dir", run, "--prompt", prompt, "--max-new-tokens", "4"});
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("prompt 0 has 41 tokens: with max_new_tokens = 4 that is 45 positions, more than "
+                                "model.max_seq_len = 32"),
+            std::string::npos)
+      << refused.output;
+  const auto cut = run_cli({"sample", "--run-dir", run, "--prompt", prompt, "--max-new-tokens", "4", "--num", "1",
+                            "--truncate-prompts"});
+  EXPECT_EQ(cut.exit_code, 0) << cut.output;
+  EXPECT_NE(cut.output.find("prompt 0: 41 tokens truncated to its last 28"), std::string::npos) << cut.output;
+  fs::remove_all(dir);
+}
+
 int wait_for_exit(pid_t pid) {
   int status = 0;
   ::waitpid(pid, &status, 0);
