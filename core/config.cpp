@@ -232,7 +232,7 @@ void check_hidden_streams(const ModelConfig& m) {
   if (m.qkv_conv)
     throw InputError(fmt::format("model.qkv_conv with model.hidden_streams = {} is not supported: the conv would mix "
                                  "the streams of stream-local layers", m.hidden_streams));
-  // backbones.md §11 test 5: without a layer across streams the last copy cannot read the others.
+  // Hidden decoding needs a layer across streams: without one the last copy of a token cannot read the others.
   const bool crosses = m.hidden_local_sees_token || m.mixer_pattern.find('C') != std::string::npos ||
                        m.hidden_attention.find('X') != std::string::npos;
   if (!crosses)
@@ -281,7 +281,8 @@ void validate(const Config& c) {
   if (c.grpo.kl_coef > 0 && c.rl.reference != "initial")
     throw InputError("grpo.kl_coef > 0 needs rl.reference = \"initial\": the KL to the rollout policy is not a "
                      "penalty");
-  // rl.md §2.4: correct answers are under-sampled early, so raising them should be allowed the larger step.
+  // GFlowRL's asymmetric clipping: correct answers are under-sampled early, so raising them should be allowed the
+  // larger step.
   if (c.objective.name == "gflowrl" && c.gflowrl.push_up < c.gflowrl.push_down)
     fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
                c.gflowrl.push_up, c.gflowrl.push_down);

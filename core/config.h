@@ -38,17 +38,17 @@ struct ModelConfig {
   bool tie_embeddings;
   std::string init;         // normal
   double init_std;
-  double init_gamma;            // init = gamma: std = fan_in^(-gamma) (backbones.md §7)
+  double init_gamma;            // init = gamma: std = fan_in^(-gamma), one exponent for every weight
   double init_gamma_embedding;  // per-group gamma; < 0: init_gamma
   double init_gamma_attention;  // W_q, W_k, W_v, W_o
   double init_gamma_mlp;
-  // Residual routing (models/residual_routing.h; backbones.md §3-5).
+  // Residual routing (models/residual_routing.h).
   std::string residual;         // plain | attnres | block_attnres | mhar | delta
   int64_t residual_heads;       // H of mhar, block_attnres and delta
   int64_t residual_blocks;      // N_b of block_attnres, and of delta with residual_delta = block
   std::string residual_delta;   // delta sources: sublayer | block
   std::string residual_delta_gate;  // delta gate α: zero | sigmoid | sigmoid_token | none
-  // Variable width (models/width_profile.h; backbones.md §6).
+  // Variable width (models/width_profile.h).
   std::string width_profile;    // uniform | geometric
   double width_bottleneck_ratio;
   int64_t width_bottleneck_layer;  // k, 1-based; 0: 3/4 of the depth
@@ -56,7 +56,7 @@ struct ModelConfig {
   std::string width_expand;     // carry_forward | zero_pad
   bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
   int64_t cond_dim;
-  // Block zoo (backbones.md §8-10): per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.
+  // Block zoo: per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.
   std::string mixer_pattern;     // A attention | C gated short conv
   int64_t conv_kernel;           // short conv taps
   bool qkv_conv;                 // depthwise residual conv on [q | k | v] before RoPE
@@ -73,7 +73,7 @@ struct ModelConfig {
   double moe_aux_loss_coef;      // Switch load-balancing loss
   double moe_z_loss_coef;        // router z-loss
   double moe_bias_update_rate;   // aux-loss-free balancing step u; 0: off
-  // Hidden decoding (models/hidden_streams.h; backbones.md §11).
+  // Hidden decoding (models/hidden_streams.h).
   int64_t hidden_streams;        // n embedding copies per token; 1: the plain model
   std::string hidden_positions;  // interleaved | per_token
   std::string hidden_attention;  // per layer, tiled: L stream-local | X cross-stream mixing
@@ -124,7 +124,7 @@ struct RlConfig {
   double eval_temperature;
 };
 
-// GFlowRL (rl.md §2).
+// GFlowRL.
 struct GflowrlConfig {
   double beta;
   double push_up;            // flow-gap clip bound on the side that raises log pi (g < 0)
@@ -133,10 +133,10 @@ struct GflowrlConfig {
   std::string is_ratio;      // raw | geometric
   std::string norm;          // none | both | paper
   bool filter_degenerate;    // drop groups whose rewards are all equal
-  double tis_cap;            // truncated IS against rollout/trainer drift (rl.md §5); 0: off
+  double tis_cap;            // truncated IS against rollout/trainer drift; 0: off
 };
 
-// GRPO / DAPO (rl.md §4).
+// GRPO / DAPO.
 struct GrpoConfig {
   double eps_low;
   double eps_high;
@@ -146,7 +146,7 @@ struct GrpoConfig {
   double kl_coef;             // k3 KL to the reference; 0: off
 };
 
-// FlowRL (rl.md §3).
+// FlowRL.
 struct FlowrlConfig {
   double beta;
   double is_cap;        // w = min(exp(rho), is_cap), one-sided

@@ -46,10 +46,7 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * 4;
   require_memory(cache + 4.0 * rows * model->vocab_size() * 4, model->parameters().front().device(),
                  fmt::format("sampling {} rows of {} positions", rows, length));
-  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
-    throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", s.temperature));
-  if (s.top_k < 0) throw InputError(fmt::format("sample.top_k = {} must be >= 0", s.top_k));
-  if (!(s.top_p > 0 && s.top_p <= 1)) throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", s.top_p));
+  check_sampling_params(s);
 }
 
 // Every row of the batch: its prompt left-padded to the longest, the padding marked, positions 0..len−1.

@@ -98,10 +98,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
                                        torch::Device device) {
   if (options.steps < 1) throw InputError(fmt::format("diffusion steps = {} must be >= 1", options.steps));
-  if (!(options.filter.temperature >= 0) || !std::isfinite(options.filter.temperature))
-    throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", options.filter.temperature));
-  if (!(options.filter.top_p > 0 && options.filter.top_p <= 1))
-    throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", options.filter.top_p));
+  check_sampling_params(options.filter);
   if (!(options.min_p >= 0 && options.min_p < 1))
     throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.min_p));
   if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");

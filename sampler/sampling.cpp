@@ -1,8 +1,12 @@
 #include "sampler/sampling.h"
 
+#include <cmath>
 #include <limits>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
+
+#include "core/errors.h"
 
 namespace inkstone {
 namespace {
@@ -10,6 +14,13 @@ namespace {
 constexpr double kMinusInf = -std::numeric_limits<double>::infinity();
 
 }  // namespace
+
+void check_sampling_params(const SamplingParams& s) {
+  if (!(s.temperature >= 0) || !std::isfinite(s.temperature))
+    throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", s.temperature));
+  if (s.top_k < 0) throw InputError(fmt::format("sample.top_k = {} must be >= 0", s.top_k));
+  if (!(s.top_p > 0 && s.top_p <= 1)) throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", s.top_p));
+}
 
 torch::Tensor top_k_filter(const torch::Tensor& logits, int64_t k) {
   if (k <= 0 || k >= logits.size(-1)) return logits;

@@ -22,6 +22,9 @@ torch::Tensor top_p_filter(const torch::Tensor& logits, double p);
 
 // Log-probabilities of the distribution tokens are drawn from: log_softmax(top_p(top_k(logits / temperature))),
 // over the last dimension in fp32. Requires temperature > 0.
+// InputError unless temperature is finite and >= 0, top_k >= 0 and top_p in (0, 1] (NaN included).
+void check_sampling_params(const SamplingParams& params);
+
 torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingParams& params);
 
 struct Draw {
