@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "bench/kernel_times.h"
 #include "core/byte_tokenizer.h"
 #include "core/data_prepare.h"
 #include "core/errors.h"
@@ -50,10 +51,19 @@ struct BenchArgs {
   int64_t new_tokens = 512;              // decode, rollout
   bool kv_cache = true;                  // decode
   bool fused = true;                     // diffusion-sample: the fused step, or the eager float64 one
+  std::string decode = "auto";           // decode, rollout: auto | growing | fixed | graph (DecodeMode)
   int64_t vocab = 0;                     // model.vocab_size (0: the byte tokenizer's); rows past it are padding
   std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
+  std::string kernel_times;              // train on CUDA: Kineto trace of the timed steps here, top kernels in the JSON
   int64_t group = 8, prompts = 4;        // rollout
 };
+
+DecodeMode decode_mode(const BenchArgs& a) {
+  if (a.decode == "growing") return DecodeMode::growing_cache;
+  if (a.decode == "fixed") return DecodeMode::fixed_window;
+  if (a.decode == "graph") return DecodeMode::cuda_graph;
+  return DecodeMode::automatic;
+}
 
 double seconds_since(std::chrono::steady_clock::time_point start) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
@@ -182,8 +192,11 @@ nlohmann::json run_train(const BenchArgs& a) {
   trainer.on_step = [&](int64_t, double loss) {
     done_at.push_back(std::chrono::steady_clock::now());
     losses.push_back(loss);
+    if (!a.kernel_times.empty() && static_cast<int64_t>(done_at.size()) == a.warmup) bench::start_kernel_times();
   };
   trainer.run();
+  nlohmann::json kernels;
+  if (!a.kernel_times.empty()) kernels = bench::stop_kernel_times(a.kernel_times, 30);
   if (static_cast<int64_t>(done_at.size()) != total_steps) throw std::runtime_error("a training step was skipped");
   // From the end of the last warmup step (or the start, without warmup) to the end of the last step.
   const double seconds = std::chrono::duration<double>(done_at.back() - done_at[a.warmup - 1]).count();
@@ -191,7 +204,8 @@ nlohmann::json run_train(const BenchArgs& a) {
           {"seconds", seconds},
           {"check_loss", check_loss},
           {"losses", losses},
-          {"params", model->param_counts().total}};
+          {"params", model->param_counts().total},
+          {"kernel_times", kernels}};
 }
 
 struct SamplingSetup {
@@ -242,6 +256,7 @@ nlohmann::json run_decode(const BenchArgs& a) {
   options.num_samples = a.batch;
   options.seed = a.seed;
   options.use_kv_cache = a.kv_cache;
+  options.decode = decode_mode(a);
   options.max_new_tokens = 8;  // warmup
   sample_autoregressive(s.model, prompts, options);
   options.max_new_tokens = a.new_tokens;
@@ -250,7 +265,8 @@ nlohmann::json run_decode(const BenchArgs& a) {
   const double seconds = seconds_since(start);
   return {{"tokens_per_s", result.generated_tokens / seconds},
           {"seconds", seconds},
-          {"generated_tokens", result.generated_tokens}};
+          {"generated_tokens", result.generated_tokens},
+          {"cuda_graph", result.cuda_graph}};
 }
 
 nlohmann::json run_rollout(const BenchArgs& a) {
@@ -268,6 +284,7 @@ nlohmann::json run_rollout(const BenchArgs& a) {
   options.end_ids = format.end_ids();
   options.group_size = a.group;
   options.seed = a.seed;
+  options.decode = decode_mode(a);
   options.max_new_tokens = 8;  // warmup
   generate_rollouts(s.model, *s.ctx.tokenizer, prompts, options);
   options.max_new_tokens = a.new_tokens;
@@ -312,10 +329,18 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
   app.add_option("--vocab", a.vocab, "model.vocab_size: 0 is the byte tokenizer's; larger pads the head");
   app.add_option("--fused", a.fused, "diffusion-sample: the fused step (1) or the eager float64 step (0)");
+  app.add_option("--decode", a.decode, "decode, rollout: auto | growing | fixed | graph (CUDA graph replay)")
+      ->check(CLI::IsMember({"auto", "growing", "fixed", "graph"}));
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
   app.add_option("--profile", a.profile, "Write a Chrome trace of the libtorch ops run to this file");
+  app.add_option("--kernel-times", a.kernel_times,
+                 "train, CUDA (libtorch 2.x): Kineto trace of the timed steps to this file, top kernels in the JSON");
   CLI11_PARSE(app, argc, argv);
+  if (!a.kernel_times.empty() && (a.mode != "train" || a.device != "cuda" || !bench::kernel_times_available())) {
+    std::cerr << "error: --kernel-times needs train mode on a CUDA build of libtorch 2.x\n";
+    return 2;
+  }
 
   try {
     fs::create_directories(a.work);

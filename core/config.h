@@ -210,6 +210,7 @@ struct SampleConfig {
   double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
   int64_t batch_size;          // diffusion: sequences per denoiser call
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
+  bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
 };
 
 // How prompts are rendered for `sample` and RL (core/prompt_format.h): a chat model expects its own turn markers.

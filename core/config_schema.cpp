@@ -260,6 +260,9 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, fused, true,
                      "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "
                      "float64 reference."),
+      INKSTONE_FIELD(sample, cuda_graphs, true,
+                     "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
+                     "eager steps."),
 
       INKSTONE_FIELD(chat, format, "raw",
                      "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "

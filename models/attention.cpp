@@ -57,7 +57,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
   auto q = apply_rope(per_head(qkv[0], n_heads_, head_dim_).transpose(1, 2), context.rope);
   auto k = apply_rope(per_head(qkv[1], n_kv_heads_, head_dim_).transpose(1, 2), context.rope);
   auto v = per_head(qkv[2], n_kv_heads_, head_dim_).transpose(1, 2);
-  if (context.cache) std::tie(k, v) = context.cache->append(layer_index_, k, v);
+  if (context.cache) {
+    std::tie(k, v) = context.write_slot.defined() ? context.cache->append_at(layer_index_, context.write_slot, k, v)
+                                                   : context.cache->append(layer_index_, k, v);
+  }
 
   // Repeating each KV head n_q/n_kv times in a row gives query head h the KV head ⌊h·n_kv/n_q⌋.
   const int64_t group = n_heads_ / n_kv_heads_;

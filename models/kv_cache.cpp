@@ -41,6 +41,24 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
   return {keys.slice(2, 0, end), values.slice(2, 0, end)};
 }
 
+std::pair<torch::Tensor, torch::Tensor> KVCache::append_at(int64_t layer, const torch::Tensor& slot,
+                                                           const torch::Tensor& k, const torch::Tensor& v) {
+  auto& keys = keys_.at(layer);
+  auto& values = values_.at(layer);
+  TORCH_CHECK(keys.defined(), "fixed-window decoding continues a cache that a prefill has started");
+  TORCH_CHECK(k.size(2) == 1, "fixed-window decoding appends one token per row, got ", k.size(2));
+  keys.index_copy_(2, slot, k);
+  values.index_copy_(2, slot, v);
+  return {keys, values};
+}
+
+torch::Tensor KVCache::window_key_real(const torch::Tensor& slot) {
+  if (!slot_index_.defined() || slot_index_.device() != slot.device())
+    slot_index_ = torch::arange(capacity_, slot.options());
+  auto real = (slot_index_ <= slot).unsqueeze(0).expand({batch_size_, capacity_});
+  return key_real_.defined() ? real & key_real_ : real;
+}
+
 torch::Tensor KVCache::conv_window(int64_t layer, const torch::Tensor& x, int64_t history) {
   auto& state = conv_states_.at(layer);
   if (!state.defined()) state = torch::zeros({x.size(0), history, x.size(2)}, x.options());

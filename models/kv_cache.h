@@ -27,6 +27,15 @@ class KVCache {
   // Stores one layer's k, v [B, n_kv, num_new, h_d] after the filled slots; returns K, V of all slots so far.
   std::pair<torch::Tensor, torch::Tensor> append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
 
+  // Fixed-window decoding (what a CUDA graph can replay: no shape or host value changes from step to step): one
+  // new token per row goes to slot `slot` ([1] int64 on the cache's device) of the buffers the prefill allocated,
+  // and K, V of every slot come back; window_key_real masks the slots past `slot`. The host-side length is not
+  // read: the caller advances it.
+  std::pair<torch::Tensor, torch::Tensor> append_at(int64_t layer, const torch::Tensor& slot, const torch::Tensor& k,
+                                                    const torch::Tensor& v);
+  // [B, T_max] bool: real tokens in slots 0..slot (earlier calls' padding stays masked).
+  torch::Tensor window_key_real(const torch::Tensor& slot);
+
   // Convolution layers keep their last `history` inputs instead of keys and values, so their state does not grow
   // with the context. x: this call's inputs [B, num_new, C]; returns [B, history + num_new, C], the kept inputs
   // (zeros before the first token) followed by x, and keeps the last `history` rows for the next call.
@@ -46,6 +55,7 @@ class KVCache {
   std::vector<torch::Tensor> values_;
   std::vector<torch::Tensor> conv_states_;  // [B, history, C] per convolution layer
   torch::Tensor key_real_;  // [B, T_max] bool, allocated at the first padded record
+  torch::Tensor slot_index_;  // [T_max] int64 0..T_max−1 on the device, for window_key_real
 };
 
 }  // namespace inkstone

@@ -58,6 +58,7 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(layer_config(config, widths_[i]), i));
   if (config.residual != "plain") routing = register_module("routing", ResidualRouter(config));
   final_norm = register_module("final_norm", RMSNorm(widths_.back(), config.norm_eps));
+  rope_omega_ = rope_frequencies(resolved_head_dim(config), config.rope_theta, resolved_rope_scaling(config));
   if (config.time_conditioning) {
     final_adaln = register_module("final_adaln", AdaLN(config.cond_dim, config.d_model, 1, /*with_gate=*/false));
   }
@@ -119,6 +120,11 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   const int64_t batch = tokens.size(0);
   const int64_t length = tokens.size(1);
   const int64_t slots = streams_.streams() * length;
+  const bool fixed_window = args.write_slot.defined();
+  if (fixed_window) {
+    TORCH_CHECK(args.cache && args.positions.defined() && length == 1 && streams_.streams() == 1,
+                "fixed-window decoding takes one token per row, a cache, positions and one stream");
+  }
   const int64_t start = args.cache ? args.cache->length() : 0;
   const int64_t first_token = start / streams_.streams();
   const auto token_positions =
@@ -128,13 +134,18 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
                 .expand({batch, length});
   const auto positions = streams_.slot_positions(token_positions);
   const auto padding = streams_.slot_flags(args.key_padding);
-  const auto key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
-  const AttentionContext context{
-      rope_table(positions, resolved_head_dim(config_), config_.rope_theta, resolved_rope_scaling(config_)),
-      make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device()), args.cache,
-      args.mask, padding};
+  if (rope_omega_.device() != tokens.device()) rope_omega_ = rope_omega_.to(tokens.device());
+  AttentionContext context{rope_table(positions, rope_omega_), {}, args.cache, {}, args.mask, padding};
+  torch::Tensor key_real;
+  if (fixed_window) {
+    context.mask = {args.cache->window_key_real(args.write_slot).reshape({batch, 1, 1, -1}), false};
+    context.write_slot = args.write_slot;
+  } else {
+    key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
+    context.mask = make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device());
+  }
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
-  use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
+  if (!fixed_window) use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
   if (args.documents.defined()) {
     TORCH_CHECK(args.cache == nullptr, "packed documents are for training and scoring, not incremental decoding");
     const auto documents = streams_.slot_flags(args.documents);
@@ -170,7 +181,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   if (varying) x = varying->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   auto logits = head.is_empty() ? torch::nn::functional::linear(x, embed->weight) : head(x);
-  if (args.cache) args.cache->advance(slots);
+  if (args.cache && !fixed_window) args.cache->advance(slots);
   if (args.token_logits_only && token_count_ < vocab_size_) logits = logits.narrow(-1, 0, token_count_);
   return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
 }

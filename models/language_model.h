@@ -34,6 +34,9 @@ struct ForwardArgs {
   torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay
                               // within a token's document; undefined: one document per row. Not with a cache.
   KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
+  // [1] int64 on the model's device: fixed-window decoding (KVCache::append_at), the form a CUDA graph replays.
+  // One token per row and one stream; positions given; the caller advances the cache's host-side length.
+  torch::Tensor write_slot;
   bool return_hidden = false;
   // Logits over the tokenizer's ids only, [B, T, token_count]: what samplers draw from and RL scores, so that the
   // padding rows of a vocabulary larger than the tokenizer (model.vocab_size, HF checkpoints) are never drawn.
@@ -100,6 +103,7 @@ class LanguageModelImpl : public torch::nn::Module {
   int64_t token_count_;
   std::vector<int64_t> widths_;
   StreamLayout streams_;
+  torch::Tensor rope_omega_;  // RoPE frequencies of the model width, float64, on the device of the last forward
 };
 TORCH_MODULE(LanguageModel);
 

@@ -21,7 +21,10 @@ torch::Tensor rope_frequencies(int64_t head_dim, double theta, const RopeScaling
 
 RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double theta, const RopeScaling& scaling) {
   TORCH_CHECK(head_dim % 2 == 0, "RoPE needs an even head_dim, got ", head_dim);
-  const auto omega = rope_frequencies(head_dim, theta, scaling).to(positions.device());
+  return rope_table(positions, rope_frequencies(head_dim, theta, scaling).to(positions.device()));
+}
+
+RopeTable rope_table(const torch::Tensor& positions, const torch::Tensor& omega) {
   const auto angles = positions.to(torch::kDouble).unsqueeze(-1) * omega;  // [B, T, h_d/2]
   const auto cos = angles.cos().to(torch::kFloat).unsqueeze(1);  // [B, 1, T, h_d/2]
   const auto sin = angles.sin().to(torch::kFloat).unsqueeze(1);

@@ -35,6 +35,10 @@ struct RopeTable {
 RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double theta,
                      const RopeScaling& scaling = {});
 
+// The same from frequencies already on positions' device (rope_frequencies): no host-to-device copy, so that a
+// captured CUDA graph can replay it.
+RopeTable rope_table(const torch::Tensor& positions, const torch::Tensor& omega);
+
 // x: [B, H, T, h_d]; returns x rotated, in x's dtype.
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table);
 

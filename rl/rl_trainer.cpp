@@ -261,6 +261,7 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
                                           : counter_hash({seed, static_cast<uint64_t>(step), static_cast<uint64_t>(rank)});
   options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl.stop;
+  options.decode = config_.sample.cuda_graphs ? DecodeMode::automatic : DecodeMode::growing_cache;
   Rollouts rollouts =
       generate_rollouts(policy_, *tokenizer_, ids, options, step * rl.prompts_per_step + rank * rank_prompts());
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <memory>
 
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -10,6 +11,7 @@
 #include "core/errors.h"
 #include "core/platform.h"
 #include "models/model_dims.h"
+#include "sampler/decode_step.h"
 
 namespace inkstone {
 namespace {
@@ -47,6 +49,26 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   require_memory(cache + 4.0 * rows * model->vocab_size() * 4, model->parameters().front().device(),
                  fmt::format("sampling {} rows of {} positions", rows, length));
   check_sampling_params(s);
+  if (options.decode == DecodeMode::cuda_graph) {
+    if (!model->parameters().front().device().is_cuda()) throw InputError("CUDA graph decoding needs a CUDA device");
+    const auto obstacle = graph_decode_obstacle(m);
+    if (!obstacle.empty()) throw InputError("CUDA graph decoding cannot capture this model: " + obstacle);
+    if (!options.use_kv_cache) throw InputError("CUDA graph decoding needs the KV cache");
+  }
+}
+
+// The fixed-window decoder the options ask for, or none (growing cache, or no cache at all).
+std::unique_ptr<FixedWindowDecoder> make_decoder(LanguageModel& model, KVCache& cache, int64_t rows,
+                                                 const ArSampleOptions& options) {
+  if (!options.use_kv_cache) return nullptr;
+  switch (options.decode) {
+    case DecodeMode::growing_cache: return nullptr;
+    case DecodeMode::fixed_window: return std::make_unique<FixedWindowDecoder>(model, cache, rows, false);
+    case DecodeMode::cuda_graph: return std::make_unique<FixedWindowDecoder>(model, cache, rows, true);
+    case DecodeMode::automatic: break;
+  }
+  const bool graph = model->parameters().front().device().is_cuda() && graph_decode_obstacle(model->config()).empty();
+  return graph ? std::make_unique<FixedWindowDecoder>(model, cache, rows, true) : nullptr;
 }
 
 // Every row of the batch: its prompt left-padded to the longest, the padding marked, positions 0..len−1.
@@ -179,6 +201,7 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   args.cache = options.use_kv_cache ? &cache : nullptr;
   auto sequence = batch.tokens;
   auto logits = model->forward(sequence, args).logits.select(1, -1);
+  const auto decoder = make_decoder(model, cache, rows, options);
 
   StopTracker stops(options, rows);
   int64_t steps = 0;
@@ -194,7 +217,9 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
 
     const auto token = draw.tokens.unsqueeze(1);
     const auto position = (batch.lengths + (steps - 1)).unsqueeze(1);
-    if (options.use_kv_cache) {
+    if (decoder) {
+      logits = decoder->step(draw.tokens, position);
+    } else if (options.use_kv_cache) {
       args.positions = position;
       args.key_padding = torch::Tensor();
       logits = model->forward(token, args).logits.select(1, -1);
@@ -212,6 +237,7 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);
+  result.cuda_graph = decoder && decoder->graphed();
   return result;
 }
 

@@ -11,6 +11,12 @@
 
 namespace inkstone {
 
+// How a decode step runs with a KV cache. automatic: a replayed CUDA graph on CUDA when the model allows one
+// (graph_decode_obstacle in sampler/decode_step.h), else a growing cache; growing_cache: attention reads the filled
+// slots only (the fastest eager form); fixed_window: the graph's eager twin (every slot read, the unfilled ones
+// masked); cuda_graph: the graph, refused where it cannot run.
+enum class DecodeMode { automatic, growing_cache, fixed_window, cuda_graph };
+
 struct ArSampleOptions {
   int64_t num_samples = 1;  // per prompt
   int64_t max_new_tokens = 128;
@@ -19,6 +25,7 @@ struct ArSampleOptions {
   std::vector<int32_t> end_ids;  // a row stops after drawing any of these (eos, a chat model's end of turn); none:
                                  // rows run to max_new_tokens
   bool use_kv_cache = true;   // false: recompute the whole sequence every step (benchmark baseline)
+  DecodeMode decode = DecodeMode::automatic;  // with the cache
   // Called on a row's generated tokens after each draw; true ends that row there (e.g. a stop string in the
   // decoded tail). Unset: no host copy per step.
   std::function<bool(const std::vector<int32_t>& generated)> stop_when;
@@ -40,6 +47,7 @@ struct ArSampleResult {
   int64_t generated_tokens = 0;
   double seconds = 0;             // prefill and decode, wall clock
   double tokens_per_s = 0;        // generated_tokens / seconds
+  bool cuda_graph = false;        // the decode steps replayed a captured CUDA graph
 };
 
 // Runs every sample of every prompt as one batch on the model's device, under inference mode. Prompts are

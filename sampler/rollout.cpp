@@ -32,6 +32,7 @@ Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
   sample.sampling = options.sampling;
   sample.seed = options.seed;
   sample.end_ids = options.end_ids;
+  sample.decode = options.decode;
   sample.stop_when = stop_string_check(tokenizer, options.stop);
   const ArSampleResult result = sample_autoregressive(model, prompts, sample);
 

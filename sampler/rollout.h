@@ -8,6 +8,7 @@
 #include "core/batch.h"
 #include "core/tokenizer.h"
 #include "models/language_model.h"
+#include "sampler/ar_sampler.h"
 #include "sampler/sampling.h"
 
 namespace inkstone {
@@ -19,6 +20,7 @@ struct RolloutOptions {
   int64_t seed = 0;
   std::vector<std::string> stop;  // a completion ends after the first of these appears in its decoded text
   std::vector<int32_t> end_ids;   // ... or after drawing one of these ids (PromptFormat::end_ids: eos, end of turn)
+  DecodeMode decode = DecodeMode::automatic;
 };
 
 struct Rollouts {

@@ -98,6 +98,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   options.sampling.top_k = o.top_k.value_or(defaults.top_k);
   options.sampling.top_p = o.top_p.value_or(defaults.top_p);
   options.seed = o.seed.value_or(defaults.seed);
+  options.decode = o.eager || !defaults.cuda_graphs ? DecodeMode::growing_cache : DecodeMode::automatic;
   const PromptFormat format(trained.config.chat, tokenizer);
   options.end_ids = format.end_ids();
 
@@ -113,8 +114,8 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
                  {{"finish", to_string(s.finish)}, {"prompt_index", s.prompt_index},
                   {"unigram_entropy", unigram_entropy(s.tokens)}});
   }
-  fmt::print(stderr, "{} tokens in {:.2f} s ({:.0f} tokens/s), checkpoint step {}\n", result.generated_tokens,
-             result.seconds, result.tokens_per_s, trained.step);
+  fmt::print(stderr, "{} tokens in {:.2f} s ({:.0f} tokens/s{}), checkpoint step {}\n", result.generated_tokens,
+             result.seconds, result.tokens_per_s, result.cuda_graph ? ", CUDA graph" : "", trained.step);
   return 0;
 }
 
@@ -237,7 +238,9 @@ void add_sample_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--batch-size", o->batch_size, "Diffusion: sequences per denoiser call")
       ->check(count_range(1, 1 << 20));
-  cmd->add_flag("--eager", o->eager, "Diffusion: the eager float64 reference step instead of the fused one");
+  cmd->add_flag("--eager", o->eager,
+                "The eager reference paths: diffusion's float64 step instead of the fused one, AR decoding "
+                "without CUDA graphs");
   cmd->add_flag("--truncate-prompts", o->truncate_prompts,
                 "Autoregressive: keep the last tokens of a prompt too long for max_seq_len with the new tokens "
                 "(default: refuse)");

@@ -245,6 +245,61 @@ def run_rollout(args, device):
             "seconds": seconds, "decode_steps": steps}
 
 
+def hf_model(tensors, meta, device, dtype):
+    """The shared weights as transformers' Qwen3ForCausalLM (inkstone's parameter names mapped to the HF ones, as
+    `inkstone export hf` writes them); the head is tied to the embedding."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+    config = Qwen3Config(vocab_size=int(meta["vocab_size"]), hidden_size=int(meta["d_model"]),
+                         intermediate_size=int(meta["ffn_dim"]), num_hidden_layers=int(meta["n_layers"]),
+                         num_attention_heads=int(meta["n_heads"]), num_key_value_heads=int(meta["n_kv_heads"]),
+                         head_dim=int(meta["head_dim"]), rms_norm_eps=float(meta["norm_eps"]),
+                         rope_theta=float(meta["rope_theta"]), tie_word_embeddings=True,
+                         max_position_embeddings=4096, attention_bias=False)
+    renames = [("embed.", "model.embed_tokens."), ("final_norm.", "model.norm."), ("blocks.", "model.layers."),
+               ("attn_norm.", "input_layernorm."), ("mlp_norm.", "post_attention_layernorm."), ("attn.", "self_attn.")]
+    weights = {}
+    for name, value in tensors.items():
+        if not name.startswith("model."):
+            continue
+        name = name[len("model."):]
+        for old, new in renames:
+            name = name.replace(old, new)
+        weights[name] = value
+    model = Qwen3ForCausalLM(config)
+    missing, unexpected = model.load_state_dict(weights, strict=False)
+    if unexpected or set(missing) - {"lm_head.weight"}:
+        raise SystemExit(f"error: HF weights do not match: missing {missing}, unexpected {unexpected}")
+    model.tie_weights()
+    return model.to(device=device, dtype=dtype).eval()
+
+
+def run_hf_generate(args, device):
+    """Rollouts with transformers' `generate`: G samples per prompt (left-padded), temperature 1, every row made to
+    run all new tokens (min_new_tokens), KV cache on, in the precision asked."""
+    tensors, meta = read_safetensors(os.path.join(args.work, "share.safetensors"))
+    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    model = hf_model(tensors, meta, device, dtype)
+    prompts = [[t for t in row.tolist() if t >= 0] for row in tensors["prompts"]]
+    width = max(len(p) for p in prompts)
+    ids = torch.tensor([[0] * (width - len(p)) + p for p in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
+
+    def generate(new_tokens):
+        with torch.inference_mode():
+            out = model.generate(input_ids=ids, attention_mask=mask, do_sample=True, temperature=1.0, top_k=0,
+                                 top_p=1.0, max_new_tokens=new_tokens, min_new_tokens=new_tokens,
+                                 num_return_sequences=args.group, pad_token_id=0, eos_token_id=EOS)
+        sync(device)
+        return out
+
+    generate(8)
+    start = time.perf_counter()
+    out = generate(args.new_tokens)
+    seconds = time.perf_counter() - start
+    steps = out.size(1) - width
+    return {"tokens_per_s": steps * out.size(0) / seconds, "seconds": seconds, "decode_steps": steps}
+
+
 def run_peak(args, device):
     """Measured dense bf16 matmul throughput (FLOP/s), the denominator of MFU."""
     n = 8192
@@ -270,20 +325,23 @@ def main():
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2.x)")
+    p.add_argument("--hf-generate", action="store_true",
+                   help="rollout: Hugging Face transformers' generate on the same weights instead of the eager loop")
     for name, default in [("d-model", 64), ("layers", 2), ("heads", 4), ("kv-heads", 4), ("seq-len", 64),
                           ("batch", 8), ("steps", 10), ("warmup", 3), ("denoise-steps", 64), ("new-tokens", 512),
                           ("kv-cache", 1), ("group", 8), ("prompts", 4), ("fused", 1), ("vocab", 0)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--objective", default="ar", choices=["ar", "uniform_diffusion"])
-    # --fused selects inkstone's diffusion step; the peer's loop is always the eager one. --vocab sizes inkstone's
-    # model; the peer reads the vocabulary from the shared weights.
+    p.add_argument("--decode", default="auto", choices=["auto", "growing", "fixed", "graph"])
+    # --fused and --decode select inkstone's diffusion step and decode step; the peer's loops are always the eager
+    # ones. --vocab sizes inkstone's model; the peer reads the vocabulary from the shared weights.
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     run = {"train": run_train, "diffusion-sample": run_diffusion_sample, "decode": run_decode,
-           "rollout": run_rollout, "peak": run_peak}[args.mode]
+           "rollout": run_hf_generate if args.hf_generate else run_rollout, "peak": run_peak}[args.mode]
     result = run(args, device)
     result["peak_rss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
     result["threads"] = torch.get_num_threads()

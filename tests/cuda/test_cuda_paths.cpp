@@ -1,5 +1,5 @@
-// The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA, KV-cache decoding and
-// the fused diffusion step (cuRAND's Philox against the twin's).
+// The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA, KV-cache decoding (and
+// its replayed CUDA graph), the fused diffusion step (cuRAND's Philox against the twin's).
 // ctest label `cuda`; each test skips, saying why, where no GPU is present (bench/gpu/check runs them on one).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -100,8 +100,36 @@ TEST(Cuda, GreedyKvCacheDecodingMatchesTheCpu) {
   const auto cpu = sample_autoregressive(model, prompts, options);
   model->to(torch::kCUDA);
   const auto gpu = sample_autoregressive(model, prompts, options);
+  EXPECT_TRUE(gpu.cuda_graph);  // a plain attention model's steps are replayed by default
   ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
   for (size_t i = 0; i < cpu.samples.size(); ++i) EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << i;
+}
+
+// The replayed graph computes what its eager twin computes: the same draws and log-probabilities at temperature 1
+// over many steps (each step's logits feed the next draw), against the eager fixed window and the growing cache.
+TEST(Cuda, ReplayedDecodeGraphSamplesAsTheEagerSteps) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  model->to(torch::kCUDA);
+  ArSampleOptions options;
+  options.num_samples = 3;
+  options.max_new_tokens = 40;
+  options.seed = 9;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}};
+  options.decode = DecodeMode::cuda_graph;
+  const auto graph = sample_autoregressive(model, prompts, options);
+  EXPECT_TRUE(graph.cuda_graph);
+  for (const auto mode : {DecodeMode::fixed_window, DecodeMode::growing_cache}) {
+    options.decode = mode;
+    const auto eager = sample_autoregressive(model, prompts, options);
+    EXPECT_FALSE(eager.cuda_graph);
+    ASSERT_EQ(eager.samples.size(), graph.samples.size());
+    for (size_t i = 0; i < graph.samples.size(); ++i) {
+      EXPECT_EQ(graph.samples[i].tokens, eager.samples[i].tokens) << "row " << i;
+      for (size_t t = 0; t < graph.samples[i].log_probs.size(); ++t)
+        EXPECT_NEAR(graph.samples[i].log_probs[t], eager.samples[i].log_probs[t], 1e-5) << "row " << i;
+    }
+  }
 }
 
 // The kernel and its CPU twin draw the same token from the same logits at every position, for float32 and bf16

@@ -1,0 +1,89 @@
+#include "sampler/decode_step.h"
+
+#include <torch/torch.h>
+
+#ifdef INKSTONE_CUDA
+#include <ATen/cuda/CUDAGraph.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
+namespace inkstone {
+
+std::string graph_decode_obstacle(const ModelConfig& config) {
+  if (config.mixer_pattern.find_first_not_of('A') != std::string::npos)
+    return "model.mixer_pattern has short convolutions";
+  if (config.ffn_pattern.find_first_not_of('D') != std::string::npos) return "model.ffn_pattern has MoE layers";
+  if (config.qkv_conv) return "model.qkv_conv is on";
+  if (config.residual != "plain") return "model.residual is " + config.residual;
+  if (config.width_profile != "uniform") return "model.width_profile is " + config.width_profile;
+  if (config.hidden_streams > 1) return "model.hidden_streams > 1";
+  if (config.time_conditioning) return "model.time_conditioning is on";
+  return "";
+}
+
+#ifdef INKSTONE_CUDA
+struct FixedWindowDecoder::CapturedGraph {
+  at::cuda::CUDAGraph graph;
+};
+#else
+struct FixedWindowDecoder::CapturedGraph {};
+#endif
+
+FixedWindowDecoder::FixedWindowDecoder(LanguageModel model, KVCache& cache, int64_t rows, bool use_graph)
+    : model_(std::move(model)), cache_(cache), use_graph_(use_graph) {
+  const auto device = model_->parameters().front().device();
+  TORCH_CHECK(!use_graph || device.is_cuda(), "CUDA graphs need a CUDA model");
+  TORCH_CHECK(!use_graph || graph_decode_obstacle(model_->config()).empty(), "this model's decode step cannot be "
+              "captured: ", graph_decode_obstacle(model_->config()));
+  const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
+  tokens_ = torch::zeros({rows, 1}, i64);
+  positions_ = torch::zeros({rows, 1}, i64);
+  slot_ = torch::zeros({1}, i64);
+}
+
+FixedWindowDecoder::~FixedWindowDecoder() = default;
+
+torch::Tensor FixedWindowDecoder::forward() {
+  ForwardArgs args;
+  args.token_logits_only = true;
+  args.positions = positions_;
+  args.cache = &cache_;
+  args.write_slot = slot_;
+  return model_->forward(tokens_, args).logits.select(1, 0);
+}
+
+torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch::Tensor& positions) {
+  TORCH_CHECK(cache_.length() < cache_.capacity(), "KV cache full: ", cache_.length(), " slots");
+  tokens_.copy_(tokens.view({-1, 1}));
+  positions_.copy_(positions.view({-1, 1}));
+  slot_.fill_(cache_.length());
+  torch::Tensor logits;
+  if (!use_graph_) {
+    logits = forward();
+  } else {
+#ifdef INKSTONE_CUDA
+    if (!graph_) {
+      // Capture on a side stream, after warm-up forwards that create what the forward makes lazily (cuBLAS
+      // handles and workspaces, the cache's slot index, RoPE frequencies on the device). They write this step's
+      // keys and values into its own slot, which the replay writes again.
+      torch::cuda::synchronize();
+      graph_ = std::make_unique<CapturedGraph>();
+      {
+        c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+        for (int warmup = 0; warmup < 2; ++warmup) forward();
+        graph_->graph.capture_begin();
+        logits_ = forward();
+        graph_->graph.capture_end();
+      }
+      torch::cuda::synchronize();
+    }
+    graph_->graph.replay();
+    logits = logits_;
+#endif
+  }
+  cache_.advance(1);
+  return logits;
+}
+
+}  // namespace inkstone
