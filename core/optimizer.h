@@ -2,6 +2,7 @@
 #pragma once
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -21,6 +22,19 @@ struct ParameterGroups {
   NamedTensors no_decay;
 };
 ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std::vector<std::string>& no_decay);
+
+// libtorch's AdamW (its state, checkpoints and CPU step unchanged), whose step on CUDA float32 parameters is the
+// multi-tensor fused kernel where libtorch has it (compat::fused_adamw): the same update, one launch per group.
+class AdamW : public torch::optim::AdamW {
+ public:
+  using torch::optim::AdamW::AdamW;
+  torch::Tensor step(LossClosure closure = nullptr) override;
+
+ private:
+  bool fused_step_applies() const;
+  torch::Tensor device_step(const torch::Tensor& p, int64_t step);
+  std::unordered_map<const void*, std::pair<int64_t, torch::Tensor>> device_steps_;  // host count, device copy
+};
 
 // Group 0 decays, group 1 does not (when non-empty).
 std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& optim);

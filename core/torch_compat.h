@@ -44,6 +44,22 @@ inline void set_cuda_autocast(bool enabled) {
   if (!enabled) at::autocast::clear_cache();
 }
 
+// bf16 autocast on CUDA for one scope; nothing when `enabled` is false.
+class CudaAutocastScope {
+ public:
+  explicit CudaAutocastScope(bool enabled) : enabled_(enabled) {
+    if (enabled_) set_cuda_autocast(true);
+  }
+  ~CudaAutocastScope() {
+    if (enabled_) set_cuda_autocast(false);
+  }
+  CudaAutocastScope(const CudaAutocastScope&) = delete;
+  CudaAutocastScope& operator=(const CudaAutocastScope&) = delete;
+
+ private:
+  bool enabled_;
+};
+
 // The key of a parameter in torch::optim::Optimizer::state(): 1.13 keys by the TensorImpl pointer printed as
 // text (what c10::guts::to_string streams), later releases by the pointer itself. Chosen by the map's key type,
 // so no release number has to be guessed; tests/core/test_checkpoint.cpp checks it against a real step().
@@ -70,6 +86,46 @@ using CollectiveBackend = c10d::Backend;
 #else
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
+
+// libtorch's multi-tensor fused AdamW kernel (aten::_fused_adamw_, 2.x; CUDA): one launch per parameter group in
+// place of about ten per parameter. 1.13 has none (kHasFusedAdamW false), and its callers take the per-parameter
+// step. steps: float32 0-d tensors on the parameters' device, already counting this step.
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+constexpr bool kHasFusedAdamW = true;
+#else
+constexpr bool kHasFusedAdamW = false;
+#endif
+inline void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
+                        const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
+                        const std::vector<torch::Tensor>& steps, double lr, double beta1, double beta2,
+                        double weight_decay, double eps) {
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+  at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
+                    /*amsgrad=*/false, /*maximize=*/false);
+#else
+  TORCH_CHECK(false, "this libtorch has no fused AdamW kernel");
+#endif
+}
+
+// tensors[i] *= scale (a 0-d tensor on their device) for every i: one multi-tensor launch where libtorch has the
+// tensor-scalar overload (2.1+), else one multiply each. Either way no host synchronisation.
+inline void scale_all_(const std::vector<torch::Tensor>& tensors, const torch::Tensor& scale) {
+#if INKSTONE_TORCH_AT_LEAST(2, 1)
+  at::_foreach_mul_(tensors, scale);
+#else
+  for (const auto& t : tensors) t.mul_(scale.to(t.dtype()));
+#endif
+}
+
+// RMSNorm in float32 (x and weight already float32): libtorch's fused kernel where it has one (2.4+, on CUDA one
+// kernel each way), else the composite x · rsqrt(mean(x²) + ε) · g.
+inline torch::Tensor rms_norm_fp32(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
+#if INKSTONE_TORCH_AT_LEAST(2, 4)
+  return at::rms_norm(x, {x.size(-1)}, weight, eps);
+#else
+  return x * torch::rsqrt(x.pow(2).mean(-1, /*keepdim=*/true) + eps) * weight;
+#endif
+}
 
 inline std::string torch_version() {
   return std::to_string(TORCH_VERSION_MAJOR) + "." + std::to_string(TORCH_VERSION_MINOR) + "." +

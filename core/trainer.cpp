@@ -105,9 +105,10 @@ AccumulatedStep accumulate_gradients(Objective& objective, LanguageModelImpl& mo
   for (size_t m = 0; m < micro_batches.size(); ++m) {
     const Batch& micro = micro_batches[m];
     take_auxiliary(model);  // drop what a forward outside this step left
-    if (autocast) compat::set_cuda_autocast(true);
-    LossOutput out = objective.loss(model, micro);
-    if (autocast) compat::set_cuda_autocast(false);
+    LossOutput out = [&] {
+      compat::CudaAutocastScope scope(autocast);
+      return objective.loss(model, micro);
+    }();
     if (across_ranks && m + 1 == micro_batches.size()) across_ranks->arm();
     // The model's own regularisers (MoE balance, z-loss) are per-micro-batch means: weighted by the unit count,
     // they reach the gradient as a count-weighted mean; the logged loss stays the objective's.
@@ -200,6 +201,8 @@ Batch Trainer::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row
 
 std::map<std::string, double> Trainer::evaluate() {
   model_->eval();
+  // Validation in the precision the run trains in (a bf16 run's fp32 evaluation cost more than a training step).
+  compat::CudaAutocastScope autocast(config_.run.precision == "bf16" && device_.is_cuda());
   WindowEvalSource source(*val_data_, config_.train.batch_size / config_.train.grad_accum,
                           config_.train.eval_batches, device_,
                           config_.data.document_mask ? tokenizer_->specials().eos : -1);

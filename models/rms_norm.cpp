@@ -4,6 +4,8 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "core/torch_compat.h"
+
 namespace inkstone {
 namespace {
 
@@ -100,10 +102,8 @@ bool fused_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight) {
 
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps) {
   if (fused_kernel_applies(x, weight)) return RmsNormFunction::apply(x, weight, eps);
-  // The same formula in fp32 from ATen ops (bf16 loses the mean of squares); any device and dtype.
-  const auto x32 = x.to(torch::kFloat);
-  const auto normed = x32 * torch::rsqrt(x32.pow(2).mean(-1, /*keepdim=*/true) + eps);
-  return (normed * weight.to(torch::kFloat)).to(x.scalar_type());
+  // The same formula in fp32 (bf16 loses the mean of squares); any device and dtype.
+  return compat::rms_norm_fp32(x.to(torch::kFloat), weight.to(torch::kFloat), eps).to(x.scalar_type());
 }
 
 RMSNormImpl::RMSNormImpl(int64_t dim, double eps) : eps_(eps) {

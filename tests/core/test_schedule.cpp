@@ -75,5 +75,16 @@ TEST(Optimizer, ClippingScalesToTheBoundAndReportsThePreClipNorm) {
   EXPECT_NEAR(a.grad()[0].item<double>(), 0.6, 1e-6);
 }
 
+TEST(Optimizer, AllFiniteSeesEveryNonFiniteElementAndNoHugeFiniteOne) {
+  const auto big = torch::full({3}, 1e30f);  // its sum of squares overflows float32; it is finite all the same
+  EXPECT_TRUE(all_finite({big, torch::ones({2, 2})}).item<bool>());
+  for (const float bad : {std::nanf(""), INFINITY, -INFINITY}) {
+    auto planted = torch::ones({4, 5});
+    planted[3][1] = bad;
+    EXPECT_FALSE(all_finite({big, planted}).item<bool>()) << bad;
+  }
+  EXPECT_TRUE(all_finite({}).item<bool>());
+}
+
 }  // namespace
 }  // namespace inkstone

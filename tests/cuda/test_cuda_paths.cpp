@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "core/checkpoint.h"
+#include "core/optimizer.h"
 #include "core/explicit_attention.h"
 #include "core/torch_compat.h"
 #include "models/kernels/route_sources.h"
@@ -50,6 +51,39 @@ LossAndGrads loss_and_grads(LanguageModel& model, const torch::Tensor& tokens) {
 torch::Tensor random_tokens() {
   torch::manual_seed(3);
   return torch::randint(kVocab, {4, 33}, torch::kLong);
+}
+
+// The fused multi-tensor AdamW step on CUDA makes the update libtorch's per-parameter AdamW makes on the CPU, step
+// after step, with a decaying and a non-decaying group.
+TEST(Cuda, FusedAdamWUpdatesAsThePerParameterStep) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(5);
+  const std::vector<torch::Tensor> start = {torch::randn({64, 48}), torch::randn({48}), torch::randn({7, 3})};
+  auto make = [&](torch::Device device) {
+    std::vector<torch::Tensor> params;
+    for (const auto& t : start) params.push_back(t.to(device, /*non_blocking=*/false, /*copy=*/true).requires_grad_());
+    ParameterGroups groups;
+    groups.decay = {{"w", params[0]}, {"v", params[2]}};
+    groups.no_decay = {{"norm", params[1]}};
+    OptimConfig optim = default_config().optim;
+    optim.learning_rate = 1e-2;
+    optim.weight_decay = 0.1;
+    return std::make_pair(params, make_adamw(groups, optim));
+  };
+  auto [cpu_params, cpu_adamw] = make(torch::kCPU);
+  auto [gpu_params, gpu_adamw] = make(torch::kCUDA);
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < start.size(); ++i) {
+      const auto grad = torch::randn_like(start[i]) * static_cast<double>(i + 1);
+      cpu_params[i].mutable_grad() = grad.clone();
+      gpu_params[i].mutable_grad() = grad.to(torch::kCUDA);
+    }
+    cpu_adamw->step();
+    gpu_adamw->step();
+    for (size_t i = 0; i < start.size(); ++i)
+      EXPECT_TRUE(torch::allclose(gpu_params[i].detach().cpu(), cpu_params[i].detach(), 1e-6, 1e-6))
+          << "step " << step << " parameter " << i;
+  }
 }
 
 TEST(Cuda, ForwardAndBackwardMatchTheCpu) {
