@@ -28,7 +28,9 @@
 #include "models/model_dims.h"
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
+#include "sampler/diffusion_posterior.h"
 #include "sampler/diffusion_sampler.h"
+#include "sampler/kernels/diffusion_step.h"
 #include "sampler/rollout.h"
 #include "tools/run_setup.h"
 
@@ -248,6 +250,45 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
           {"model_calls", result.model_calls}};
 }
 
+// One reverse step alone, no model: from logits [batch, seq_len, V] to the next tokens, fused (the kernel, or its
+// CPU twin) or eager (float64 x̂, posterior and exponential race, as the sampler's reference path). Random logits
+// in the run's precision; --denoise-steps timed repetitions after one untimed.
+nlohmann::json run_diffusion_step(const BenchArgs& a) {
+  auto s = sampling_setup(a, "uniform_diffusion", a.seq_len);
+  const auto process = diffusion_process_for(s.config, *s.ctx.tokenizer, s.model->vocab_size());
+  const auto device = s.ctx.device;
+  const int64_t vocab = s.model->vocab_size();
+  const auto support = process.support->member_mask(device);
+  torch::manual_seed(a.seed);
+  const auto dtype = a.precision == "bf16" ? torch::kBFloat16 : torch::kFloat;
+  const auto logits = (3 * torch::randn({a.batch, a.seq_len, vocab}, torch::device(device))).to(dtype);
+  const auto support_ids = support.nonzero().squeeze(1);
+  const auto z = support_ids.index_select(
+      0, torch::randint(support_ids.size(0), {a.batch * a.seq_len}, support_ids.options())).view({a.batch, a.seq_len});
+  const auto sequences = torch::arange(a.batch, torch::dtype(torch::kLong).device(device));
+  auto generator = at::globalContext().defaultGenerator(device).clone();
+  const double alpha_t = 0.3, alpha_s = 0.4;
+  auto step = [&](uint32_t k) {
+    if (a.fused) {
+      kernels::DiffusionRowParams p;
+      p.alpha_t = alpha_t;
+      p.alpha_s = alpha_s;
+      p.support_size = process.support->size();
+      p.seed = static_cast<uint64_t>(a.seed);
+      p.step = k;
+      return fused_diffusion_step(logits, z, support, sequences, p);
+    }
+    const auto x_hat = torch::softmax(logits.to(torch::kDouble).masked_fill(~support, -INFINITY), -1);
+    return exponential_race(uniform_posterior(x_hat, z, alpha_t, alpha_s, support), generator);
+  };
+  step(0).sum().item<int64_t>();  // warmup; the host read waits for the device
+  const auto start = std::chrono::steady_clock::now();
+  int64_t checksum = 0;
+  for (int64_t k = 1; k <= a.denoise_steps; ++k) checksum += step(static_cast<uint32_t>(k)).sum().item<int64_t>();
+  const double seconds = seconds_since(start);
+  return {{"steps_per_s", a.denoise_steps / seconds}, {"seconds", seconds}, {"vocab", vocab}, {"checksum", checksum}};
+}
+
 nlohmann::json run_decode(const BenchArgs& a) {
   auto s = sampling_setup(a, "ar", a.new_tokens + 1);
   share_model(a, *s.model);
@@ -307,9 +348,9 @@ int main(int argc, char** argv) {
   inkstone::keep_freed_memory_for_reuse();
   BenchArgs a;
   CLI::App app{"inkstone_bench: one benchmark measurement as a JSON line (driven by bench/run)"};
-  app.add_option("mode", a.mode, "train | diffusion-sample | decode | rollout")
+  app.add_option("mode", a.mode, "train | diffusion-sample | diffusion-step | decode | rollout")
       ->required()
-      ->check(CLI::IsMember({"train", "diffusion-sample", "decode", "rollout"}));
+      ->check(CLI::IsMember({"train", "diffusion-sample", "diffusion-step", "decode", "rollout"}));
   app.add_option("--work", a.work, "Scratch folder: synthetic corpus, run folder, share.safetensors");
   app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
@@ -348,6 +389,7 @@ int main(int argc, char** argv) {
     if (!a.profile.empty()) profile.emplace(a.profile);
     nlohmann::json result = a.mode == "train"              ? run_train(a)
                             : a.mode == "diffusion-sample" ? run_diffusion_sample(a)
+                            : a.mode == "diffusion-step"   ? run_diffusion_step(a)
                             : a.mode == "decode"           ? run_decode(a)
                                                            : run_rollout(a);
     result["peak_rss_mb"] = peak_rss_mb();
