@@ -1,7 +1,8 @@
-// One pre-norm transformer block (Qwen3; backbones.md §1):
+// One pre-norm transformer block (Qwen3; docs/backbones.md, "Base block"):
 //   h = x + Attn(RMSNorm₁(x)),  y = h + SwiGLU(RMSNorm₂(h)),
 // and, given a conditioning vector c, each branch modulated by adaLN-Zero (modulation.h). The layer patterns
-// (layer_pattern.h) swap the mixer for a gated short conv (LFM2, §9) and the SwiGLU for a mixture of experts (§8).
+// (layer_pattern.h) swap the mixer for a gated short conv (LFM2; docs/backbones.md, "Gated short convolution") and
+// the SwiGLU for a mixture of experts ("Mixture of experts").
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>

@@ -1,6 +1,6 @@
-// Wrapping a trained plain model with Delta AttnRes routing (backbones.md §5; Luo, Cai, Hu 2026): the routed model
-// keeps every weight and adds routing sites whose gates start at α = 0, so it computes exactly the plain model's
-// logits until training moves the gates.
+// Wrapping a trained plain model with Delta AttnRes routing (docs/backbones.md, "Delta AttnRes"; Luo, Cai, Hu
+// 2026): the routed model keeps every weight and adds routing sites whose gates start at α = 0, so it computes
+// exactly the plain model's logits until training moves the gates.
 #pragma once
 #include <cstdint>
 #include <string>

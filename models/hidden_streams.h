@@ -1,8 +1,8 @@
-// Hidden decoding (backbones.md §11; the Sequential-Hidden-Decoding model cards): n embedding tables E⁽¹⁾..E⁽ⁿ⁾
-// encode every token n times and the copies are interleaved, slot n·t + s holding E⁽ˢ⁺¹⁾(x_t) (s = 0..n−1), so
-// one stack runs over n·T slots. Only the last copy of each token is read out, hence it alone carries the loss of
-// whichever objective trains the model; the earlier copies are latent computation. E⁽ⁿ⁾ is the model's own
-// `embed` table (tied to the head when the head is tied), so n = 1 is exactly the plain model.
+// Hidden decoding (docs/backbones.md, "Hidden decoding"; the Sequential-Hidden-Decoding model cards): n embedding
+// tables E⁽¹⁾..E⁽ⁿ⁾ encode every token n times and the copies are interleaved, slot n·t + s holding E⁽ˢ⁺¹⁾(x_t)
+// (s = 0..n−1), so one stack runs over n·T slots. Only the last copy of each token is read out, hence it alone
+// carries the loss of whichever objective trains the model; the earlier copies are latent computation. E⁽ⁿ⁾ is the
+// model's own `embed` table (tied to the head when the head is tied), so n = 1 is exactly the plain model.
 #pragma once
 #include <cstdint>
 #include <vector>

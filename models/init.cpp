@@ -30,8 +30,8 @@ InitScheme normal_scheme(const ModelConfig& config) {
   };
 }
 
-// γ-initialisation (backbones.md §7; γ as in arXiv 2505.23013): every matrix N(0, σ²) with σ = fan_in^(−γ), so
-// γ = 0.5 is LeCun-normal and σ follows the width at a fixed γ. Each group may override γ.
+// γ-initialisation (docs/backbones.md, "Gamma initialisation"; γ as in arXiv 2505.23013): every matrix N(0, σ²)
+// with σ = fan_in^(−γ), so γ = 0.5 is LeCun-normal and σ follows the width at a fixed γ. Each group may override γ.
 InitScheme gamma_scheme(const ModelConfig& config) {
   const auto or_global = [&](double group_gamma) { return group_gamma < 0 ? config.init_gamma : group_gamma; };
   const double embedding = or_global(config.init_gamma_embedding);

@@ -1,5 +1,6 @@
 // Weight initialisation schemes, chosen by ModelConfig::init. A scheme sees every parameter with its role, so a
-// scheme can treat the groups differently (γ-init's per-group σ = fan_in^(−γ), backbones.md §7).
+// scheme can treat the groups differently (γ-init's per-group σ = fan_in^(−γ); docs/backbones.md, "Init roles"
+// and "Gamma initialisation").
 #pragma once
 #include <functional>
 #include <string>

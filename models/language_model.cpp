@@ -72,7 +72,8 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   if (config.init == "normal") scale_init_to_layer_widths();
 }
 
-// A fixed σ keeps Var ∝ 1/fan_in only at d_model: layer i's matrices get σ·√(d_model / w_i) (backbones.md §6).
+// A fixed σ keeps Var ∝ 1/fan_in only at d_model: layer i's matrices get σ·√(d_model / w_i) (docs/backbones.md,
+// "x-shaped width").
 // γ-init needs no correction, its σ = fan_in^(−γ) already follows the width.
 void LanguageModelImpl::scale_init_to_layer_widths() {
   for (int64_t i = 0; i < config_.n_layers; ++i) {

@@ -1,8 +1,9 @@
 // The language model: token embedding, pre-norm blocks, final RMSNorm and a tied or untied head
-// (backbones.md §1), optionally conditioned on a noise level through adaLN-Zero (§2). The residual between the
-// blocks is plain or routed (residual_routing.h), at one width or ×-shaped (width_profile.h). With hidden decoding
-// (hidden_streams.h) each token enters as n interleaved copies and only the last copy is read out; tokens,
-// positions, padding and logits stay per token at this interface, and a KV cache holds n slots per token.
+// (docs/backbones.md, "Base block"), optionally conditioned on a noise level through adaLN-Zero
+// ("adaLN-Zero time conditioning"). The residual between the blocks is plain or routed (residual_routing.h), at one
+// width or ×-shaped (width_profile.h). With hidden decoding (hidden_streams.h) each token enters as n interleaved
+// copies and only the last copy is read out; tokens, positions, padding and logits stay per token at this interface,
+// and a KV cache holds n slots per token.
 #pragma once
 #include <cstdint>
 #include <vector>

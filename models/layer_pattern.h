@@ -1,7 +1,8 @@
-// Per-layer block kinds from the [model] pattern strings: a pattern of letters (spaces ignored) is tiled over
-// the layers, so "CCA" with 18 layers gives attention at layers 2, 5, ..., 17 and short conv elsewhere
-// (backbones.md §9), and "DDDM" with 8 layers gives MoE at layers 3 and 7 (the CE-MoE layout, §8); "LLLX" makes
-// every fourth layer of a hidden-decoding model attend across streams (§11).
+// Per-layer block kinds from the [model] pattern strings (docs/backbones.md, "Layer patterns"): a pattern of
+// letters (spaces ignored) is tiled over the layers, so "CCA" with 18 layers gives attention at layers 2, 5, ..., 17
+// and short conv elsewhere ("Gated short convolution"), and "DDDM" with 8 layers gives MoE at layers 3 and 7
+// ("CE-MoE layout"); "LLLX" makes every fourth layer of a hidden-decoding model attend across streams
+// ("Hidden decoding").
 #pragma once
 #include <cstdint>
 #include <string>

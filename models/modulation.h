@@ -1,5 +1,5 @@
-// adaLN-Zero conditioning (Peebles & Xie 2023, DiT §3.2; backbones.md §2): a zero-initialised Linear(c -> k·d)
-// yields per-sublayer shift, scale and gate, and a residual branch becomes
+// adaLN-Zero conditioning (Peebles & Xie 2023, DiT §3.2; docs/backbones.md, "adaLN-Zero time conditioning"): a
+// zero-initialised Linear(c -> k·d) yields per-sublayer shift, scale and gate, and a residual branch becomes
 //   x + g ⊙ Sublayer(Norm(x) ⊙ (1 + sc) + sh),
 // so at init every conditioned branch adds exactly 0 and the block is the identity.
 #pragma once

@@ -1,4 +1,4 @@
-// Mixture-of-experts feed-forward (backbones.md §8): router scores s = x W_gᵀ,
+// Mixture-of-experts feed-forward (docs/backbones.md, "Mixture of experts"): router scores s = x W_gᵀ,
 //   softmax: p = softmax(s) over all E experts (Qwen3-MoE; equals Mixtral's softmax over the top-k logits once
 //            renormalised); sigmoid: p = σ(s) (DeepSeek-V3, arXiv 2412.19437 eq. 13-16);
 //   experts K = top-k of p + b (b: aux-loss-free selection bias, no gradient), w_j = scale · p_j / Σ_{K} p,

@@ -1,4 +1,5 @@
-// QKV depthwise residual convolution (Canon-B-like; Allen-Zhu 2025, Physics of LMs 4.1; backbones.md §10):
+// QKV depthwise residual convolution (Canon-B-like; Allen-Zhu 2025, Physics of LMs 4.1; docs/backbones.md,
+// "QKV convolution"):
 //   c′_t = c_t + Σ_{i<k} W[:, i] ⊙ c_{t−(k−1)+i},   c = [q | k | v] flat per token,
 // depthwise, no bias, norm or activation, applied before RoPE (depthwise_conv.h: causal, centred when
 // bidirectional, decode state in the KV cache). Zero taps make it the identity, i.e. exactly the base attention.

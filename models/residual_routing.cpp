@@ -100,8 +100,8 @@ class FullRoutingStream : public ResidualStream {
   std::vector<torch::Tensor> sources_;
 };
 
-// Block AttnRes (backbones.md §3): sources are the completed block sums and the current partial sum p, which
-// starts as the embedding. At the mixer site of every S-th layer, after routing, p is closed into a block.
+// Block AttnRes (docs/backbones.md, "Block AttnRes"): sources are the completed block sums and the current partial
+// sum p, which starts as the embedding. At the mixer site of every S-th layer, after routing, p is closed into a block.
 class BlockRoutingStream : public ResidualStream {
  public:
   BlockRoutingStream(ResidualRouterImpl& router, int64_t heads, int64_t block_size, torch::Tensor embedding)
@@ -129,8 +129,9 @@ class BlockRoutingStream : public ResidualStream {
   torch::Tensor partial_;
 };
 
-// Delta AttnRes (backbones.md §5): the plain stream p plus α · route([n] ∪ Δ), Δ seeded with the embedding and
-// extended by every sublayer output, or by the clean block difference p(end of block) − p(start of block).
+// Delta AttnRes (docs/backbones.md, "Delta AttnRes"): the plain stream p plus α · route([n] ∪ Δ), Δ seeded with
+// the embedding and extended by every sublayer output, or by the clean block difference p(end of block) − p(start of
+// block).
 class DeltaStream : public ResidualStream {
  public:
   DeltaStream(ResidualRouterImpl& router, int64_t heads, int64_t block_size, int64_t n_layers,

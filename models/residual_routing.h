@@ -1,5 +1,5 @@
 // Residual routing: how each sublayer's input is formed from the embedding and the earlier sublayer outputs
-// (backbones.md §3-5).
+// (docs/backbones.md, "Residual stream" through "Delta AttnRes").
 //   plain          h = emb + Σ outputs so far (the ordinary residual stream)
 //   attnres, mhar  h = Σ_i softmax_i(q · RMSNorm(s_i)) s_i over every earlier output s_i (Kimi Team, Attention
 //                  Residuals, arXiv 2603.15031; Luo, Cai, Hu, Multi-Head Attention Residuals), H heads
@@ -20,17 +20,17 @@
 
 namespace inkstone {
 
-// The MHAR routing op (backbones.md §4): keys are the sources RMS-normalised over the FULL width d (so H = 1 is
-// AttnRes exactly), split into H contiguous slices; head h weighs source i by softmax_i ⟨q_h, k̂_i[h]⟩ and sums
-// the raw source slices. sources: [S, B, T, d]; query, key_gain: [d] -> [B, T, d]. Positions never mix. The key
+// The MHAR routing op (docs/backbones.md, "MHAR"): keys are the sources RMS-normalised over the FULL width d (so
+// H = 1 is AttnRes exactly), split into H contiguous slices; head h weighs source i by softmax_i ⟨q_h, k̂_i[h]⟩ and
+// sums the raw source slices. sources: [S, B, T, d]; query, key_gain: [d] -> [B, T, d]. Positions never mix. The key
 // statistic is computed in fp32, or in fp64 for fp64 sources.
 torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& query, const torch::Tensor& key_gain,
                             double norm_eps, int64_t heads);
 
-// The delta gate α of model.residual_delta_gate (backbones.md §5): "zero" α = a, a = 0 at init (the exact
-// identity); "sigmoid" α = σ(a − 2); "sigmoid_token" α_t = σ(⟨w, p_t⟩ + a − 2), a gate per token read from the
-// plain stream; "none" α = 1. a and w start at 0, so the sigmoid gates open at σ(−2) ≈ 0.12 (the reference's
-// logit init −2) and weight decay pulls them back toward it.
+// The delta gate α of model.residual_delta_gate (docs/backbones.md, "Delta AttnRes"): "zero" α = a, a = 0 at init
+// (the exact identity); "sigmoid" α = σ(a − 2); "sigmoid_token" α_t = σ(⟨w, p_t⟩ + a − 2), a gate per token read
+// from the plain stream; "none" α = 1. a and w start at 0, so the sigmoid gates open at σ(−2) ≈ 0.12 (the
+// reference's logit init −2) and weight decay pulls them back toward it.
 enum class DeltaGate { zero, sigmoid, sigmoid_token, none };
 DeltaGate delta_gate_of(const std::string& name);
 

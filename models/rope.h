@@ -8,9 +8,9 @@
 
 namespace inkstone {
 
-// Scaled frequencies for contexts longer than the base model's (docs/rope.md): linear divides every ω_j by the
-// factor (position interpolation); llama3 divides the long wavelengths (2π/ω_j > original_max_len / low) by it,
-// keeps the short ones (< original_max_len / high) and blends linearly in 1/wavelength between.
+// Scaled frequencies for contexts longer than the base model's (docs/rope.md, "Scaling"): linear divides every
+// ω_j by the factor (position interpolation); llama3 divides the long wavelengths (2π/ω_j > original_max_len / low)
+// by it, keeps the short ones (< original_max_len / high) and blends linearly in 1/wavelength between.
 struct RopeScaling {
   std::string kind = "none";  // none | linear | llama3
   double factor = 1.0;

@@ -1,4 +1,5 @@
-// Gated short convolution, LFM2's token mixer (Liquid AI; transformers models/lfm2; backbones.md §9):
+// Gated short convolution, LFM2's token mixer (Liquid AI; transformers models/lfm2; docs/backbones.md,
+// "Gated short convolution"):
 //   [B, C, x̃] = split₃(W_in u),   y_t = C_t ⊙ Σ_i w_i ⊙ (B ⊙ x̃)_{t−(k−1)+i},   out = W_out y
 // with linear gates, a depthwise kernel of k taps (depthwise_conv.h: causal, centred when bidirectional) and no
 // biases. Decoding keeps only the last k−1 values of B ⊙ x̃ per channel, so a token costs the same at any context.

@@ -1,4 +1,5 @@
-// Noise-level conditioning vector for adaLN-Zero (DiT's TimestepEmbedder; backbones.md §2):
+// Noise-level conditioning vector for adaLN-Zero (DiT's TimestepEmbedder; docs/backbones.md,
+// "adaLN-Zero time conditioning"):
 //   c = SiLU(W₂ SiLU(W₁ emb(σ) + b₁) + b₂),  emb(σ) = [cos(σ ω_i) ‖ sin(σ ω_i)],  ω_i = P^(−i/half), i < half,
 // with a 256-dim emb and max period P = 10⁴.
 #pragma once

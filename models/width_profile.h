@@ -1,6 +1,7 @@
-// ×-shaped variable width (Wu et al., Variable-Width Transformers, arXiv 2606.18246; backbones.md §6): layer i has
-// its own residual width w_i, geometric down to a bottleneck ρ_b·h at layer k and back up, with the base width
-// solved so the model has the parameters of the uniform one; the residual is resized between layers.
+// ×-shaped variable width (Wu et al., Variable-Width Transformers, arXiv 2606.18246; docs/backbones.md,
+// "x-shaped width"): layer i has its own residual width w_i, geometric down to a bottleneck ρ_b·h at layer k and
+// back up, with the base width solved so the model has the parameters of the uniform one; the residual is resized
+// between layers.
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -38,9 +39,9 @@ std::vector<int64_t> layer_widths(const ModelConfig& config);
 // (parameters of these widths − the uniform model's) / the uniform model's, over the width-dependent parameters.
 double width_parameter_mismatch(const ModelConfig& config, const std::vector<int64_t>& widths);
 
-// Resizes a residual x [.., w_x] to `width` (backbones.md §6): a shrink keeps the first coordinates; a widening
-// keeps x and, with carry_forward, fills each missing coordinate from the newest of `earlier` (newest first) that
-// has it, then zero-pads the rest.
+// Resizes a residual x [.., w_x] to `width` (docs/backbones.md, "x-shaped width"): a shrink keeps the first
+// coordinates; a widening keeps x and, with carry_forward, fills each missing coordinate from the newest of
+// `earlier` (newest first) that has it, then zero-pads the rest.
 torch::Tensor resize_residual(const torch::Tensor& x, int64_t width, const std::vector<torch::Tensor>& earlier,
                               bool carry_forward);
 

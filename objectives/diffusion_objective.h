@@ -1,7 +1,7 @@
 // What the uniform and masked diffusion objectives share: time sampling, the model call (bidirectional, with
 // σ_t = −log α_t when the model is time-conditioned), the training weight, the metrics and the fixed-seed NELBO
-// evaluation (diffusion.md §4, §5.5, §7, §10.1). A subclass says what a corrupted token becomes and what one
-// token's NELBO is.
+// evaluation (docs/diffusion.md: "Time sampling", "Training weights", "Time conditioning", "NELBO perplexity").
+// A subclass says what a corrupted token becomes and what one token's NELBO is.
 #pragma once
 #include <memory>
 
@@ -13,9 +13,9 @@
 
 namespace inkstone {
 
-// The training loss is ℓ·w(t). On the log-SNR integrand of §5.3 the ELBO puts the weight |dλ/dt|; `snr` replaces
-// it by 1 (GIDD's SNR weighting, §5.5), and max_weight > 0 clips whichever of the two is chosen, so
-// w = min(weight, max_weight) / |dλ/dt|.
+// The training loss is ℓ·w(t) (docs/diffusion.md, "Training weights"). On the integrand of "Log-SNR form" the
+// ELBO puts the weight |dλ/dt|; `snr` replaces it by 1 (GIDD's SNR weighting), and max_weight > 0 clips whichever
+// of the two is chosen, so w = min(weight, max_weight) / |dλ/dt|.
 torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t);
 
 // Per-token results of one batch at given times and noisy tokens.
@@ -32,7 +32,7 @@ class DiffusionObjective : public Objective {
   ObjectiveNeeds needs() const override;
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // NELBO per token over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
-  // run.seed. perplexity and bits_per_byte are upper bounds (§10.1–10.2).
+  // run.seed. perplexity and bits_per_byte are upper bounds (docs/diffusion.md, "Evaluation").
   std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 
   // z_t for clean tokens x [B, L] at signal level alpha (broadcastable to x): each token is replaced with

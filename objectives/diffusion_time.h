@@ -1,5 +1,6 @@
-// Diffusion time t for training and evaluation (diffusion.md §4): stratified over the whole step batch, so that
-// accumulation and data parallelism leave the t-distribution unchanged; never t = 0 (§11.6).
+// Diffusion time t for training and evaluation (docs/diffusion.md, "Time sampling"): stratified over the whole
+// step batch, so that accumulation and data parallelism leave the t-distribution unchanged; never t = 0
+// (docs/diffusion.md, "Pitfalls").
 #pragma once
 #include <cstdint>
 

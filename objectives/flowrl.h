@@ -1,5 +1,6 @@
-// FlowRL (rl.md §3, Zhu et al. 2025): trajectory balance on length-normalised log-probs toward z-scored rewards,
-// with a learned log Z on the prompt and a one-sided capped IS weight; the baseline GFlowRL improves on.
+// FlowRL (docs/rl.md, "FlowRL"; Zhu et al. 2025): trajectory balance on length-normalised log-probs toward
+// z-scored rewards, with a learned log Z on the prompt and a one-sided capped IS weight; the baseline GFlowRL
+// improves on.
 #pragma once
 #include <torch/nn/modules/container/sequential.h>
 

@@ -15,9 +15,10 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch) {
   f.lengths = rollout.policy.sum(1).to(torch::kFloat).clamp_min(1.0);
   f.old_seq = rollout.old_log_probs.sum(1);
   const auto ref_seq = rollout.ref_log_probs.defined() ? rollout.ref_log_probs.sum(1) : f.old_seq;
-  const auto drift = ref_seq - f.old_seq;  // d_i; 0 when the reference is π_old (rl.md §2.8)
+  const auto drift = ref_seq - f.old_seq;  // d_i; 0 when the reference is π_old (docs/rl.md, "Reference model")
   const auto reward = config.beta * rollout.rewards.to(torch::kFloat);
-  // §2.6: `both` divides d by |y| inside log Ẑ and g; `paper` only inside g, so its gaps need not sum to zero.
+  // docs/rl.md, "Length normalisation": `both` divides d by |y| inside log Ẑ and g; `paper` only inside g, so
+  // its gaps need not sum to zero.
   const auto z_drift = config.norm == "both" ? drift / f.lengths : drift;
   const auto gap_drift = config.norm == "none" ? drift : drift / f.lengths;
   f.log_z = groups.mean(reward + z_drift);
@@ -35,22 +36,23 @@ ObjectiveNeeds GflowrlObjective::needs() const {
   return policy_rollout_needs();
 }
 
-// rl.md §2.10, second block: L = Σ_kept w_i (g̃_i + n_ρ(ρ_i))² / G_kept.
+// docs/rl.md, "One update", per mini-batch: L = Σ_kept w_i (g̃_i + n_ρ(ρ_i))² / G_kept.
 LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   const FlowGaps f = flow_gaps(config_, batch);
   const auto theta_seq = policy_log_probs(model, batch, temperature_).log_probs.sum(1);
   const auto rho = theta_seq - f.old_seq;
   const auto delta = f.clipped + (config_.norm == "none" ? rho : rho / f.lengths);
 
-  // §2.5: the weight is a constant of the update; the exponent is clamped before exp so long sequences cannot
-  // overflow it.
+  // docs/rl.md, "Importance correction": the weight is a constant of the update; the exponent is clamped before
+  // exp so long sequences cannot overflow it.
   const auto log_ratio = (config_.is_ratio == "geometric" ? rho / f.lengths : rho).detach();
   auto weight = log_ratio.clamp_max(10.0).exp().clamp_max(1.0 + config_.is_eps);
   const auto& rollout = batch.rollout;
   const bool truncated_is = config_.tis_cap > 0 && rollout.rollout_log_probs.defined();
   torch::Tensor tis;
   if (truncated_is) {
-    // §5: c_i = min(exp(ℓ^old − ℓ^roll), C), with the cap applied to the exponent so it cannot overflow.
+    // docs/rl.md, "Rollout drift": c_i = min(exp(ℓ^old − ℓ^roll), C), with the cap applied to the exponent so
+    // it cannot overflow.
     tis = (f.old_seq - rollout.rollout_log_probs.sum(1)).clamp_max(std::log(config_.tis_cap)).exp();
     weight = weight * tis;
   }

@@ -1,12 +1,13 @@
-// GFlowRL (rl.md §2): trajectory balance toward π_ref·exp(β r) with a stop-gradient group log Z, asymmetric
-// flow-gap clipping, a capped IS weight and degenerate-group filtering.
+// GFlowRL (docs/rl.md, "GFlowRL"): trajectory balance toward π_ref·exp(β r) with a stop-gradient group log Z,
+// asymmetric flow-gap clipping, a capped IS weight and degenerate-group filtering.
 #pragma once
 #include "objectives/ar.h"
 #include "objectives/objective.h"
 
 namespace inkstone {
 
-// The no-gradient half of the TB residual for each rollout of a batch (rl.md §2.10, first block).
+// The no-gradient half of the TB residual for each rollout of a batch (docs/rl.md, "One update", once per
+// rollout batch).
 struct FlowGaps {
   torch::Tensor log_z;         // [B] the group's log Ẑ (Eq. 4)
   torch::Tensor gap;           // [B] g_i (Eq. 6)
@@ -23,7 +24,7 @@ class GflowrlObjective : public Objective {
   explicit GflowrlObjective(const Config& config);
   std::string name() const override { return "gflowrl"; }
   ObjectiveNeeds needs() const override;
-  // Units are the kept rollouts, so the denominator is G_kept (rl.md §2.7).
+  // Units are the kept rollouts, so the denominator is G_kept (docs/rl.md, "Degenerate groups").
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The policy is an AR model: windows are scored by next-token loss.
   std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;

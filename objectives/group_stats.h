@@ -10,7 +10,7 @@ class RolloutGroups {
   explicit RolloutGroups(const torch::Tensor& group_ids);  // [B] int64, each group's rows adjacent
 
   torch::Tensor mean(const torch::Tensor& values) const;  // [B]
-  // Unbiased (n − 1) standard deviation, as torch.std in the trainers of rl.md §4.
+  // Unbiased (n − 1) standard deviation, as torch.std in the GRPO trainers (docs/rl.md, "Group statistics").
   torch::Tensor std(const torch::Tensor& values) const;   // [B]
   // True for rows whose group has at least two distinct values.
   torch::Tensor varies(const torch::Tensor& values) const;  // [B] bool

@@ -44,8 +44,8 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   }
 
   // Per-token weights of the loss and of the metrics so that summing them over a batch and dividing by the
-  // unit count gives each aggregation mode of rl.md §4; metrics are per-token fractions for token_mean and
-  // per-sequence fractions otherwise.
+  // unit count gives each mode of docs/rl.md, "Loss aggregation"; metrics are per-token fractions for token_mean
+  // and per-sequence fractions otherwise.
   const auto num_sequences = torch::full({}, static_cast<double>(batch.tokens.size(0)), mask.options());
   torch::Tensor loss_weight, metric_weight, count;
   if (config_.aggregation == "token_mean") {

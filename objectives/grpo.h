@@ -1,5 +1,5 @@
-// GRPO / DAPO as in common trainers (rl.md §4): group-normalised advantages, a PPO surrogate with separate low
-// and high ratio clips, an optional k3 KL to the reference, and the trainers' loss aggregation modes.
+// GRPO / DAPO as in common trainers (docs/rl.md, "GRPO"): group-normalised advantages, a PPO surrogate with
+// separate low and high ratio clips, an optional k3 KL to the reference, and the trainers' loss aggregation modes.
 #pragma once
 #include "objectives/ar.h"
 #include "objectives/objective.h"
@@ -11,7 +11,7 @@ class GrpoObjective : public Objective {
   explicit GrpoObjective(const Config& config);
   std::string name() const override { return "grpo"; }
   ObjectiveNeeds needs() const override;
-  // Units: policy tokens for token_mean, sequences otherwise (the §4 aggregation table).
+  // Units: policy tokens for token_mean, sequences otherwise (docs/rl.md, "Loss aggregation").
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The policy is an AR model: windows are scored by next-token loss.
   std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;

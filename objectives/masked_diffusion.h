@@ -1,11 +1,11 @@
-// Masked (absorbing) discrete diffusion, MDLM (diffusion.md §6): with probability 1 − α_t a token becomes the mask
-// token, and the model is trained on the continuous-time NELBO of the SUBS parameterisation.
+// Masked (absorbing) discrete diffusion, MDLM (docs/diffusion.md, "Masked NELBO"): with probability 1 − α_t a
+// token becomes the mask token, and the model is trained on the continuous-time NELBO of the SUBS parameterisation.
 #pragma once
 #include "objectives/diffusion_objective.h"
 
 namespace inkstone {
 
-// ℓ = (−α'/(1 − α)) · (−log x̂_x) · [z = m]  (MDLM, Sahoo et al. 2024; §6).
+// ℓ = (−α'/(1 − α)) · (−log x̂_x) · [z = m]  (MDLM, Sahoo et al. 2024).
 // log_x_hat: [..., V] log x̂ under SUBS, i.e. −inf at the mask and at every id outside the support; x, z: [...]
 // int64; alpha, alpha_prime: broadcastable to x, 0 < α < 1. Returns ℓ [...] in log_x_hat's dtype.
 torch::Tensor masked_nelbo_per_token(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
@@ -18,7 +18,7 @@ class MaskedDiffusionObjective : public DiffusionObjective {
   std::string name() const override { return "masked_diffusion"; }
 
  protected:
-  // The mask token (§2.2).
+  // The mask token (docs/diffusion.md, "Masked noise").
   torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const override;
   torch::Tensor token_nelbo(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
                             const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;

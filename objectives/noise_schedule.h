@@ -1,5 +1,5 @@
-// The signal level alpha_t of a discrete diffusion process (diffusion.md §3): one object serves noising, the
-// loss and the sampler, so the three can never disagree about the schedule.
+// The signal level alpha_t of a discrete diffusion process (docs/diffusion.md, "Noise schedules"): one object
+// serves noising, the loss and the sampler, so the three can never disagree about the schedule.
 #pragma once
 #include <memory>
 
@@ -23,7 +23,7 @@ class NoiseSchedule {
 // cosine:      alpha = 1 - cos(pi/2 (1 - (1 - eps) t))      alpha' = -(pi/2)(1 - eps) sin(pi/2 (1 - (1 - eps) t))
 //              (Duo's form with the exact chain factor, which Duo drops)
 // log_snr:     lambda = lambda_max + t (lambda_min - lambda_max), alpha = sigmoid(lambda),
-//              alpha' = alpha (1 - alpha) (lambda_min - lambda_max)   (GIDD's alpha = sigmoid(lambda), §3)
+//              alpha' = alpha (1 - alpha) (lambda_min - lambda_max)   (GIDD's alpha = sigmoid(lambda))
 std::unique_ptr<NoiseSchedule> make_noise_schedule(const DiffusionConfig& config);
 
 }  // namespace inkstone

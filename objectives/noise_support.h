@@ -1,5 +1,5 @@
 // The noise support: the one set of ids that uniform noise emits, that the model's softmax ranges over and
-// whose size N enters every 1/N term (diffusion.md §2.3, pitfall 2). Masked diffusion uses it for x-hat too.
+// whose size N enters every 1/N term (docs/diffusion.md, "Noise support"). Masked diffusion uses it for x-hat too.
 #pragma once
 #include <cstdint>
 #include <vector>

@@ -1,5 +1,5 @@
 // Per-token log-probabilities of a rollout batch's own tokens under a model: the ℓ terms of every RL objective
-// (rl.md §1) and the trainer's old and reference log-probs come from this one function.
+// (docs/rl.md, "Policy log-probs") and the trainer's old and reference log-probs come from this one function.
 #pragma once
 #include <torch/types.h>
 

@@ -18,14 +18,15 @@ torch::Tensor uniform_nelbo_per_token(const torch::Tensor& log_x_hat, const torc
   const auto s = log_x_bar.sum(-1) - static_cast<double>(log_x_hat.size(-1) - support_size) * log_one_minus_a;
   const auto log_x_bar_z = log_x_bar.gather(-1, z.unsqueeze(-1)).squeeze(-1);
   const auto log_x_bar_x = log_x_bar.gather(-1, x.unsqueeze(-1)).squeeze(-1);
-  const auto same = z.eq(x);  // δ: a resample that landed on x counts as unchanged (pitfall 1)
+  const auto same = z.eq(x);  // δ: a resample that landed on x counts as unchanged (docs/diffusion.md, "Pitfalls")
 
   const auto c_den = n * a + (1.0 - a);
   const auto c = (1.0 - a) / c_den;
   const auto log_c = log_one_minus_a - torch::log(c_den);
   const auto t1 = n * (torch::where(same, 1.0 / c_den, 1.0 / (1.0 - a)) - torch::exp(-log_x_bar_z));
   const auto spread = n * log_x_bar_z - s;
-  // Both branches are computed and selected, never multiplied by δ: (log c)/c overflows as a → 1 (pitfall 5).
+  // Both branches are computed and selected, never multiplied by δ: (log c)/c overflows as a → 1
+  // (docs/diffusion.md, "Pitfalls").
   const auto t2_same = c * spread + (n - 1.0) * c * log_c;
   const auto t2_moved = spread + (n * a / (1.0 - a)) * (log_x_bar_z - log_x_bar_x) - log_c / c;
   return a_prime / (n * a) * (t1 - torch::where(same, t2_same, t2_moved));

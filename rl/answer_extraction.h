@@ -1,4 +1,4 @@
-// Final answers out of model text, and their comparison with a reference (rl.md §7.1-7.2).
+// Final answers out of model text, and their comparison with a reference (docs/rl.md, "GSM8K" and "MATH").
 //
 // Numeric answers (GSM8K, chain-sum arithmetic). The policy writes its answer after "#### "; a number there
 // is "marked". A number is an optional sign, an optional '$', a run of digits, commas and dots that starts with

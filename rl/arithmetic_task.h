@@ -1,5 +1,5 @@
-// Chain-sum arithmetic (rl.md §7.4, after reasoning-gym's chain_sum): "What is 12 + 5 - 3?" with an exact
-// integer answer, made procedurally so that problem i is a pure function of (seed, i).
+// Chain-sum arithmetic (docs/rl.md, "Chain-sum arithmetic"; after reasoning-gym's chain_sum): "What is 12 + 5 - 3?"
+// with an exact integer answer, made procedurally so that problem i is a pure function of (seed, i).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,4 @@
-// Countdown (rl.md §7.3, after TinyZero): reach a target from a few numbers with + - * / and parentheses,
+// Countdown (docs/rl.md, "Countdown"; after TinyZero): reach a target from a few numbers with + - * / and parentheses,
 // using each number exactly once. Problems are solvable by construction and problem i is a pure function of
 // (seed, i).
 #pragma once
@@ -27,10 +27,10 @@ struct CountdownProblem {
   std::string worked_answer;  // "3 + 5 = 8\n8 * 2 = 16\n#### (3 + 5) * 2"
 };
 
-// rl.md's solvable generator: the numbers are drawn, then random pairs of the pool are combined by a random
-// operation until one expression is left, redrawing the tree until its value is at most max_target. Every
-// intermediate value is a positive integer: a difference takes the larger side first and a quotient must be
-// exact; an operation that cannot meet that becomes a sum.
+// The solvable generator of docs/rl.md, "Countdown": the numbers are drawn, then random pairs of the pool are
+// combined by a random operation until one expression is left, redrawing the tree until its value is at most
+// max_target. Every intermediate value is a positive integer: a difference takes the larger side first and a
+// quotient must be exact; an operation that cannot meet that becomes a sum.
 CountdownProblem make_countdown_problem(uint64_t seed, int64_t index, int64_t difficulty);
 
 enum class CountdownVerdict {

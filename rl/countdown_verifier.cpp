@@ -1,4 +1,5 @@
-// Countdown's verifier: a recursive-descent parser that evaluates as it reads, in exact rationals (rl.md §7.3).
+// Countdown's verifier: a recursive-descent parser that evaluates as it reads, in exact rationals (docs/rl.md,
+// "Countdown").
 #include <algorithm>
 
 #include "rl/countdown_task.h"

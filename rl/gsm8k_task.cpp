@@ -1,5 +1,5 @@
 // GSM8K (openai/grade-school-math) as a PromptSource: one {question, answer} object per line, the reference being
-// the number after the solution's "####" (rl.md §7.1).
+// the number after the solution's "####" (docs/rl.md, "GSM8K").
 #include <filesystem>
 #include <fstream>
 

@@ -1,5 +1,5 @@
 // MATH-style problem sets (MATH-500 and its kin) as a PromptSource: a JSON array of {problem, answer} objects, the
-// answer being LaTeX text that the policy's last \boxed{} is compared with (rl.md §7.2).
+// answer being LaTeX text that the policy's last \boxed{} is compared with (docs/rl.md, "MATH").
 #include <filesystem>
 #include <fstream>
 

@@ -284,7 +284,7 @@ nlohmann::json RlTrainer::rollout_step(int64_t step) {
     batch.rollout.old_log_probs = old.log_probs;
     const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
     line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
-    // rl.md §5: the sampler's and the trainer's log-probs of the same tokens at the same weights.
+    // docs/rl.md, "Rollout drift": the sampler's and the trainer's log-probs of the same tokens at the same weights.
     const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
     line["rollout_drift_ratio_min"] = drift.min().item<double>();
     line["rollout_drift_ratio_mean"] = drift.mean().item<double>();

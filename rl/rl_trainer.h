@@ -1,6 +1,7 @@
 // The RL post-training loop for objectives that consume rollouts (GFlowRL, GRPO): per step, G rollouts for each
 // of a batch of prompts, rewards, the trainer's own old (and reference) log-probs, then several epochs of
-// mini-batch AdamW updates; metrics of rl.md §6 per step, held-out pass@k every train.eval_interval steps.
+// mini-batch AdamW updates; the metrics of docs/rl.md, "Metrics" per step, held-out pass@k every
+// train.eval_interval steps.
 // Data parallel: each rank rolls out its own whole groups (P / ranks prompts of the step's P, the ones a single
 // process would draw), every mini-batch takes the same number of groups from each rank, and the gradient is the
 // global mean (core/distributed.h); held-out problems are split over the ranks too.

@@ -18,8 +18,8 @@ double alpha_at(const NoiseSchedule& schedule, double t) {
   return schedule.alpha(torch::full({}, t, torch::kDouble)).item<double>();
 }
 
-// x̂ in float64 over the support: temperature, top-k and top-p act here, on the network's output (§8.3);
-// temperature 0 makes x̂ the point mass on its argmax.
+// x̂ in float64 over the support: temperature, top-k and top-p act here, on the network's output
+// (docs/diffusion.md, "Filters on the model output"); temperature 0 makes x̂ the point mass on its argmax.
 torch::Tensor clean_token_probs(const torch::Tensor& logits, const DiffusionProcess& process,
                                 const SamplingParams& filter) {
   auto restricted = process.support->restrict_logits(logits.to(torch::kDouble));
@@ -36,10 +36,10 @@ torch::Tensor commits_at_step(const torch::Tensor& free_count, int64_t k, int64_
   return torch::floor_divide(free_count * (k + 1), steps) - torch::floor_divide(free_count * k, steps);
 }
 
-// Confidence-based step (gidd-easydel; LLaDA's low-confidence remasking, §8.6): each row commits its `count`
-// highest-scoring open positions to `drawn`, draws from x̂ (its argmax at temperature 0); committed positions join
-// the fixed ones. Uniform noise scores a position by how much x̂ prefers another token to the current one,
-// max_v x̂_v − x̂_{z_i}; masked noise by max_v x̂_v over still-masked positions.
+// Confidence-based step (docs/diffusion.md, "Confidence sampling"; gidd-easydel, LLaDA's low-confidence
+// remasking): each row commits its `count` highest-scoring open positions to `drawn`, draws from x̂ (its argmax at
+// temperature 0); committed positions join the fixed ones. Uniform noise scores a position by how much x̂ prefers
+// another token to the current one, max_v x̂_v − x̂_{z_i}; masked noise by max_v x̂_v over still-masked positions.
 void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor& x_hat, const torch::Tensor& count,
                      const DiffusionProcess& process, const torch::Tensor& drawn) {
   const auto best = std::get<0>(x_hat.max(-1));
@@ -133,7 +133,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   DiffusionSampleResult result;
   torch::Tensor logits, logits_input;
   // The denoiser's logits for the current z at time t; reused while z is unchanged and the denoiser ignores t
-  // (§8.4).
+  // (docs/diffusion.md, "Reusing the model output").
   auto denoise = [&](double t) {
     if (logits.defined() && !process.time_conditioned && z.equal(logits_input)) return logits;
     const double sigma = -std::log(alpha_at(*process.schedule, t));
@@ -186,7 +186,8 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       options.on_trace(k + 1, z);
   }
 
-  // The last step from t_end to clean text (§8.2); confidence sampling has committed every position already.
+  // The last step from t_end to clean text (docs/diffusion.md, "Final step"); confidence sampling has committed
+  // every position already.
   if (options.method == DiffusionMethod::ancestral && options.noise_removal != NoiseRemoval::none) {
     const auto final_logits = denoise(options.t_end);
     const auto clean =

@@ -1,6 +1,7 @@
-// Discrete diffusion sampling (diffusion.md §8): from the prior (uniform tokens or all-mask) to text in T steps
-// on a time grid, by ancestral posterior steps or by confidence-ordered commits, with prompt and infill
-// positions clamped at every step. Batched on the model's device; x̂ and the posteriors are float64 (§9).
+// Discrete diffusion sampling (docs/diffusion.md, "Samplers"): from the prior (uniform tokens or all-mask) to text
+// in T steps on a time grid, by ancestral posterior steps or by confidence-ordered commits, with prompt and infill
+// positions clamped at every step. Batched on the model's device; x̂ and the posteriors are float64
+// (docs/diffusion.md, "Precision").
 #pragma once
 #include <cstdint>
 #include <functional>
@@ -45,7 +46,8 @@ struct DiffusionSampleOptions {
   int64_t steps = 64;
   DiffusionMethod method = DiffusionMethod::ancestral;
   NoiseRemoval noise_removal = NoiseRemoval::ancestral;
-  SamplingParams filter;  // temperature, top-k, top-p on x̂ — never on the posterior (§8.3)
+  // temperature, top-k, top-p on x̂ — never on the posterior (docs/diffusion.md, "Filters on the model output")
+  SamplingParams filter;
   double min_p = 0;       // fused only: keep x̂_v >= min_p · max x̂ (0: off)
   int64_t seed = 0;
   // The fused step (sampler/kernels/diffusion_step.h): no [B, L, V] float64 tensors, draws keyed by (seed, step,
@@ -53,7 +55,7 @@ struct DiffusionSampleOptions {
   // eager float64 reference, whose draws come from one generator over the whole batch.
   bool fused = true;
   int64_t first_sequence = 0;  // the global number of the canvas's first row (its random stream)
-  double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (§11.6)
+  double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (docs/diffusion.md, "Pitfalls")
   // Called with (step, z) every trace_every steps and after the last one; 0: never.
   int64_t trace_every = 0;
   std::function<void(int64_t, const torch::Tensor&)> on_trace;
@@ -76,7 +78,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
                                        torch::Device device);
 
-// Per sample, H = −Σ_v (c_v/L) log(c_v/L) in nats over its token histogram (§10.4).
+// Per sample, H = −Σ_v (c_v/L) log(c_v/L) in nats over its token histogram (docs/diffusion.md, "Unigram entropy").
 double unigram_entropy(const std::vector<int32_t>& tokens);
 
 }  // namespace inkstone

@@ -1,5 +1,5 @@
 // RL rollouts: G completions per prompt from the AR sampler, laid out as a training batch of prompt + completion
-// rows with the policy mask and the sampler's per-token log-probs (rl.md §1, ℓ^roll).
+// rows with the policy mask and the sampler's per-token log-probs (ℓ^roll of docs/rl.md, "Policy log-probs").
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,4 +1,5 @@
-// The Qwen3-style backbone against float64 references written out here (backbones.md §1-2 tests).
+// The Qwen3-style backbone against float64 references written out here (docs/backbones.md, "Base block" and
+// "adaLN-Zero time conditioning").
 #include <cmath>
 
 #include <gtest/gtest.h>

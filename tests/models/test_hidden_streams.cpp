@@ -1,6 +1,6 @@
-// Hidden decoding (backbones.md §11 tests): n = 1 is the plain model, the slots interleave the streams and the
-// loss reads the last one, incremental decoding with n cache slots per token equals the full forward, and the
-// stream-local and cross-stream masks let exactly the allowed slots through.
+// Hidden decoding (docs/backbones.md, "Hidden decoding"): n = 1 is the plain model, the slots interleave the
+// streams and the loss reads the last one, incremental decoding with n cache slots per token equals the full
+// forward, and the stream-local and cross-stream masks let exactly the allowed slots through.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

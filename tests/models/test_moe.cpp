@@ -1,4 +1,4 @@
-// Mixture-of-experts feed-forward (backbones.md §8 tests) against a per-token float64 loop.
+// Mixture-of-experts feed-forward (docs/backbones.md, "Mixture of experts") against a per-token float64 loop.
 #include <algorithm>
 #include <numeric>
 

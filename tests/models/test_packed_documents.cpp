@@ -1,6 +1,6 @@
 // Packed documents (data.document_mask): attention and every convolution stay within a token's own document, so
-// no information crosses a packed document boundary (backbones.md §10 test 3, and the same for short conv and
-// hidden decoding).
+// no information crosses a packed document boundary (docs/backbones.md, "QKV convolution", and the same for short
+// conv and hidden decoding).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,5 +1,5 @@
-// QKV depthwise residual convolution (backbones.md §10 tests); decoding with it is tested with the other conv
-// variants in test_short_conv.cpp.
+// QKV depthwise residual convolution (docs/backbones.md, "QKV convolution"); decoding with it is tested with the
+// other conv variants in test_short_conv.cpp.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 

@@ -1,5 +1,6 @@
-// Gated short-conv blocks and the layer patterns (backbones.md §9 tests), and incremental decoding of every conv
-// variant (short conv, QKV conv, MoE feed-forward) against the full forward.
+// Gated short-conv blocks and the layer patterns (docs/backbones.md, "Gated short convolution" and
+// "Layer patterns"), and incremental decoding of every conv variant (short conv, QKV conv, MoE feed-forward) against
+// the full forward.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -190,7 +191,8 @@ ModelConfig decode_config(const DecodeCase& variant) {
   return c;
 }
 
-// Prefill, a chunk, then one token per step (test §9.2, §10.4).
+// Prefill, a chunk, then one token per step: the conv decode state of docs/backbones.md, "Gated short convolution"
+// and "QKV convolution".
 TEST_P(ZooDecode, EqualsFullForward) {
   torch::manual_seed(6);
   auto model = build_language_model(decode_config(GetParam()), 37);

@@ -1,4 +1,5 @@
-// Residual routing (AttnRes, block AttnRes, MHAR, delta) against float64 references (backbones.md §3-5 tests).
+// Residual routing (AttnRes, block AttnRes, MHAR, delta) against float64 references (docs/backbones.md, "AttnRes"
+// through "Delta AttnRes").
 #include <cmath>
 
 #include <gtest/gtest.h>
@@ -214,7 +215,8 @@ TEST(ZooRouting, BlockAttnResWithOneHugeBlockAveragesEmbeddingAndPartialSum) {
   EXPECT_LT(max_abs_diff(s.stream->input(final_site(3)), (emb + partial) / 2), 1e-14);
 }
 
-// S = 1: every layer closes a block at its mixer site; compared with the algorithm of §3 written as a loop.
+// S = 1: every layer closes a block at its mixer site; compared with the algorithm of docs/backbones.md,
+// "Block AttnRes", written as a loop.
 TEST(ZooRouting, BlockAttnResWithOneLayerPerBlockMatchesHandLoop) {
   torch::manual_seed(7);
   const int64_t L = 3;

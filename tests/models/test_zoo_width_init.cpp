@@ -1,4 +1,4 @@
-// ×-shaped variable width (backbones.md §6 tests) and γ-initialisation (§7 tests).
+// ×-shaped variable width (docs/backbones.md, "x-shaped width") and γ-initialisation ("Gamma initialisation").
 #include <cmath>
 
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
-// Diffusion objectives: the uniform NELBO against diffusion.md §12's vectors, its KL form and the discrete-time
-// limit; the masked NELBO; time sampling and weighting; both objectives on a tiny model and in the trainer.
+// Diffusion objectives: the uniform NELBO against the vectors of docs/diffusion.md, "Test vectors", its KL form and
+// the discrete-time limit; the masked NELBO; time sampling and weighting; both objectives on a tiny model and in the
+// trainer.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -24,12 +25,12 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 torch::Tensor scalar(double value) { return torch::full({}, value, torch::kDouble); }
 torch::Tensor id(int64_t value) { return torch::full({}, value, torch::kLong); }
 
-// §12's setup: N = 5 and these logits.
+// The setup of docs/diffusion.md, "Test vectors": N = 5 and these logits.
 torch::Tensor reference_log_x_hat() {
   return torch::log_softmax(torch::tensor({0.3, -1.2, 2.0, 0.1, -0.5}, torch::kDouble), -1);
 }
 
-// §12 uses ε = 0 log-linear: α = 1 − t, α' = −1.
+// The test vectors use ε = 0 log-linear: α = 1 − t, α' = −1.
 double closed_form_at(const torch::Tensor& log_x_hat, int64_t x, int64_t z, double t, int64_t support_size) {
   return uniform_nelbo_per_token(log_x_hat, id(x), id(z), scalar(1.0 - t), scalar(-1.0), support_size)
       .item<double>();
@@ -66,7 +67,8 @@ TEST(UniformNelbo, IdsOutsideTheSupportDoNotChangeTheLoss) {
 }
 
 // q(z_s | z_t, v) for a clean-token distribution v (one-hot for the data, x̂ for the model): Bayes with the
-// transition q(z_t | z_s) = α_{t|s} e_{z_s} + (1 − α_{t|s})/N and the marginal q_s(z_s | v) (§2.1).
+// transition q(z_t | z_s) = α_{t|s} e_{z_s} + (1 − α_{t|s})/N and the marginal q_s(z_s | v) (docs/diffusion.md,
+// "Uniform noise").
 torch::Tensor bayes_posterior(const torch::Tensor& v, int64_t z_t, double alpha_t, double alpha_s) {
   const double n = static_cast<double>(v.numel());
   const double alpha_ts = alpha_t / alpha_s;
@@ -77,8 +79,9 @@ torch::Tensor bayes_posterior(const torch::Tensor& v, int64_t z_t, double alpha_
 }
 
 TEST(UniformNelbo, DiscreteTimeLimitAgrees) {
-  // T · KL(q(z_s | z_t, x) ‖ q(z_s | z_t, x̂)) with s = t − 1/T tends to ℓ (§5.4). The gap is first order, up to
-  // 3.2/T on these rows (so 3.2e-5 at T = 1e5 on the t = 0.95 row, a little over §12's 3e-5).
+  // T · KL(q(z_s | z_t, x) ‖ q(z_s | z_t, x̂)) with s = t − 1/T tends to ℓ (docs/diffusion.md,
+  // "Discrete-time check"). The gap is first order, up to 3.2/T on these rows (so 3.2e-5 at T = 1e5 on the t = 0.95
+  // row, hence the bound 3.5/T).
   const auto x_hat = reference_log_x_hat().exp();
   for (double steps : {1e5, 1e6}) {
     for (const auto& row : kVectors) {
@@ -94,7 +97,7 @@ TEST(UniformNelbo, DiscreteTimeLimitAgrees) {
 TEST(UniformNelbo, ClosedFormEqualsKlFormAtRealisticVocabulary) {
   torch::manual_seed(11);
   const int64_t n = 50000;
-  const double eps = 1e-3;  // log-linear: α' = −(1 − ε), not −1 (pitfall 3)
+  const double eps = 1e-3;  // log-linear: α' = −(1 − ε), not −1 (docs/diffusion.md, "Pitfalls")
   const auto log_x_hat = torch::log_softmax(3.0 * torch::randn({n}, torch::kDouble), -1);
   for (double t : {1e-3, 0.05, 0.5, 0.999}) {
     const double alpha = 1.0 - (1.0 - eps) * t;
@@ -111,7 +114,8 @@ TEST(UniformNelbo, ClosedFormEqualsKlFormAtRealisticVocabulary) {
 }
 
 TEST(UniformNelbo, Float32StaysCloseToFloat64AtRealisticVocabulary) {
-  // Training computes the loss in fp32 (§9): the N-term sum S and the 1/t-sized terms must not lose it.
+  // Training computes the loss in fp32 (docs/diffusion.md, "Precision"): the N-term sum S and the 1/t-sized terms
+  // must not lose it.
   torch::manual_seed(12);
   const int64_t n = 50000, rows = 64;
   const auto log_x_hat = torch::log_softmax(3.0 * torch::randn({rows, n}, torch::kDouble), -1);
@@ -281,7 +285,8 @@ TEST(DiffusionObjective, ScoresAreTheClosedFormOfTheModelsLogitsAtSigma) {
 }
 
 TEST(DiffusionObjective, SameLossWithAndWithoutTimeInputForIdenticalLogits) {
-  // An adaLN-Zero model gives logits 0 at init (§7 option A); a plain model with a zeroed head gives the same.
+  // An adaLN-Zero model gives logits 0 at init (docs/diffusion.md, "Time conditioning"); a plain model with a
+  // zeroed head gives the same.
   torch::manual_seed(32);
   const Config with_time = tiny_config("uniform_diffusion", true);
   const Config without_time = tiny_config("uniform_diffusion", false);

@@ -1,5 +1,5 @@
 // Answer extraction and comparison: GSM8K-style numbers (marked and fallback), MATH \boxed{} extraction and the
-// normalisation that decides MATH equivalence (rl.md §7.1-7.2).
+// normalisation that decides MATH equivalence (docs/rl.md, "GSM8K" and "MATH").
 #include <gtest/gtest.h>
 
 #include "rl/answer_extraction.h"

@@ -1,5 +1,5 @@
-// FlowRL (rl.md §3): the loss against its residual written out, the one-sided weight cap, and gradients reaching
-// both the log Z head and the backbone.
+// FlowRL (docs/rl.md, "FlowRL"): the loss against its residual written out, the one-sided weight cap, and
+// gradients reaching both the log Z head and the backbone.
 #include <gtest/gtest.h>
 
 #include "core/config.h"

@@ -1,5 +1,5 @@
-// GFlowRL (rl.md §2.11, §2.12): first-step equivalence to GRPO / REINFORCE, zero-sum flow gaps, clip bounds and
-// saturation counts, stop-gradient weights, degenerate-group filtering.
+// GFlowRL (docs/rl.md, "First-step gradient" and "Fixed point"): first-step equivalence to GRPO / REINFORCE,
+// zero-sum flow gaps, clip bounds and saturation counts, stop-gradient weights, degenerate-group filtering.
 #include <gtest/gtest.h>
 
 #include "core/config.h"
@@ -25,7 +25,8 @@ Config gflowrl_config(const std::string& norm) {
   c.objective.name = "gflowrl";
   c.gflowrl.norm = norm;
   c.gflowrl.beta = 3.0;
-  // Bounds above every |g| of these batches: the clip is inactive (§2.11's setting).
+  // Bounds above every |g| of these batches: the clip is inactive (the setting of docs/rl.md,
+  // "First-step gradient").
   c.gflowrl.push_up = 1e6;
   c.gflowrl.push_down = 1e6;
   return c;
@@ -36,8 +37,8 @@ torch::Tensor mean_loss(Objective& objective, LanguageModelImpl& model, const Ba
   return out.loss_sum / out.count;
 }
 
-// §2.11 with π_ref = π_old: ∇L_GFlowRL = 2β ∇L_GRPO, L_GRPO with A = r − r̄ and ratio 1; norm none pairs with
-// sequence sums, norm both with per-sequence token means.
+// docs/rl.md, "First-step gradient", with π_ref = π_old: ∇L_GFlowRL = 2β ∇L_GRPO, L_GRPO with A = r − r̄ and
+// ratio 1; norm none pairs with sequence sums, norm both with per-sequence token means.
 void expect_two_beta_grpo(const std::string& norm, const std::string& aggregation) {
   auto model = tiny_policy(kVocab);
   const Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 3));
@@ -59,7 +60,8 @@ TEST(Gflowrl, FirstStepIsTwoBetaTimesGrpoWithLengthNormalisation) {
   expect_two_beta_grpo("both", "seq_mean_token_mean");
 }
 
-// §2.11 with a reference: −∇L = (2/G) Σ_i (s_i − s̄) ∇ℓ_i, REINFORCE on β r − log(π_old/π_ref) with a group mean.
+// docs/rl.md, "First-step gradient", with a reference: −∇L = (2/G) Σ_i (s_i − s̄) ∇ℓ_i, REINFORCE on
+// β r − log(π_old/π_ref) with a group mean.
 TEST(Gflowrl, FirstStepIsReinforceOnTheKlRegularisedReturn) {
   auto model = tiny_policy(kVocab);
   Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 4));
@@ -88,7 +90,8 @@ TEST(Gflowrl, FlowGapsSumToZeroPerGroupForNoneAndBoth) {
     const auto sums = f.gap.view({2, 4}).sum(1);
     EXPECT_TRUE(torch::allclose(sums, torch::zeros_like(sums), 0, 1e-5)) << norm << ": " << sums;
   }
-  // `paper` mixes scales (§2.6): its gaps sum to Σ d_i (1 − 1/|y_i|), not zero, whenever lengths exceed 1.
+  // `paper` mixes scales (docs/rl.md, "Length normalisation"): its gaps sum to Σ d_i (1 − 1/|y_i|), not zero,
+  // whenever lengths exceed 1.
   const FlowGaps paper = flow_gaps(gflowrl_config("paper").gflowrl, batch);
   const auto drift = -0.7 * paper.lengths;
   const auto expected = (drift * (1.0 - 1.0 / paper.lengths)).view({2, 4}).sum(1);
@@ -125,8 +128,8 @@ TEST(Gflowrl, ClipBoundsHoldAndSaturationCountsMatchBruteForce) {
   EXPECT_EQ(out.metric_sums.at("saturated_push_down").item<double>(), static_cast<double>(down));
 }
 
-// Off-policy (old ≠ current), the gradient is the analytic §2.5 one, Σ 2 w_i δ_i k_i ∇ℓ_i with w held constant:
-// the IS weight carries no gradient. Also checks w ≡ 1 on policy.
+// Off-policy (old ≠ current), the gradient is the analytic one of docs/rl.md, "Importance correction",
+// Σ 2 w_i δ_i k_i ∇ℓ_i with w held constant: the IS weight carries no gradient. Also checks w ≡ 1 on policy.
 TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
   auto model = tiny_policy(kVocab);
   Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 7));
@@ -180,7 +183,7 @@ TEST(Gflowrl, DegenerateGroupsAddNoLossAndLeaveTheDenominator) {
   EXPECT_GT(everything.loss_sum.item<double>(), with_degenerate.loss_sum.item<double>() + 1e-3);
 }
 
-// §2.12 fixed point: on an enumerable space (vocabulary 3, completions of length 2, all nine forming the group)
+// docs/rl.md, "Fixed point": on an enumerable space (vocabulary 3, completions of length 2, all nine forming the group)
 // choose π_ref so that π_θ = π_ref·e^{βr}/Z exactly; then every residual vanishes with `none`, not with `paper`.
 TEST(Gflowrl, TargetDistributionIsAFixedPointOnlyWithoutMixedNormalisation) {
   auto model = tiny_policy(3);

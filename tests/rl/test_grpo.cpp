@@ -1,5 +1,5 @@
-// GRPO (rl.md §4) against a hand-computed example: one group of two rollouts with chosen token ratios, every
-// aggregation mode, group std scaling, clip fractions and the k3 KL term.
+// GRPO (docs/rl.md, "GRPO") against a hand-computed example: one group of two rollouts with chosen token ratios,
+// every aggregation mode, group std scaling, clip fractions and the k3 KL term.
 #include <cmath>
 
 #include <gtest/gtest.h>

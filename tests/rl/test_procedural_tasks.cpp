@@ -1,5 +1,5 @@
 // Chain-sum arithmetic and Countdown: problems are pure functions of (seed, index), worked answers verify, and
-// Countdown's verifier rejects what rl.md §7.3 rejects.
+// Countdown's verifier rejects what docs/rl.md, "Countdown" rejects.
 #include <gtest/gtest.h>
 
 #include <set>

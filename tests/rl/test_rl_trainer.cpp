@@ -82,7 +82,8 @@ void run_toy(const Config& config, const std::string& name) {
     ASSERT_TRUE(lines.back().contains(key)) << key;
     EXPECT_TRUE(std::isfinite(lines.back()[key].get<double>())) << key;
   }
-  // Same weights, same kernels: the sampler's and the trainer's sequence log-probs agree (rl.md §5).
+  // Same weights, same kernels: the sampler's and the trainer's sequence log-probs agree (docs/rl.md,
+  // "Rollout drift").
   EXPECT_NEAR(lines.front()["rollout_drift_ratio_mean"].get<double>(), 1.0, 1e-3);
   EXPECT_TRUE(result.final_eval.count("pass@1"));
   EXPECT_TRUE(result.final_eval.count("pass@2"));

@@ -1,5 +1,5 @@
-// The diffusion sampler: reference posteriors (diffusion.md §12), the exponential race, T-step sampling against
-// the analytic marginal for a fixed x̂, clamping, x̂ reuse, confidence commits and infill templates.
+// The diffusion sampler: reference posteriors (docs/diffusion.md, "Test vectors"), the exponential race, T-step
+// sampling against the analytic marginal for a fixed x̂, clamping, x̂ reuse, confidence commits and infill templates.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,7 +14,7 @@
 namespace inkstone {
 namespace {
 
-const std::vector<double> kLogits = {0.3, -1.2, 2.0, 0.1, -0.5};  // §12: N = 5
+const std::vector<double> kLogits = {0.3, -1.2, 2.0, 0.1, -0.5};  // docs/diffusion.md, "Test vectors": N = 5
 
 torch::Tensor reference_x_hat() { return torch::tensor(kLogits, torch::kDouble).softmax(-1); }
 
