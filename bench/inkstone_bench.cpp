@@ -24,7 +24,7 @@
 #include "core/platform.h"
 #include "core/prompt_format.h"
 #include "core/safetensors.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "models/model_dims.h"
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"

@@ -23,7 +23,7 @@
 #include "core/resume_check.h"
 #include "core/rng_state.h"
 #include "core/stop_signal.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "models/auxiliary.h"
 #include "objectives/policy_log_probs.h"
 #include "rl/policy_eval.h"

@@ -13,7 +13,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/safetensors.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "rl/rl_trainer.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"

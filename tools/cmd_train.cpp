@@ -10,7 +10,7 @@
 #include "core/platform.h"
 #include "core/run_lock.h"
 #include "core/stop_signal.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "rl/rl_trainer.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"

@@ -8,7 +8,7 @@
 #include "core/byte_tokenizer.h"
 #include "core/checkpoint.h"
 #include "core/data_prepare.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "objectives/objective.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"

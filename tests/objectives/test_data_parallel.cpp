@@ -20,7 +20,7 @@
 #include "core/byte_tokenizer.h"
 #include "core/checkpoint.h"
 #include "core/distributed.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "objectives/objective.h"
 #include "rl/rl_trainer.h"
 #include "tests/fixtures.h"

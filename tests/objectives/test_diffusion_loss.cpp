@@ -10,7 +10,7 @@
 #include "core/byte_tokenizer.h"
 #include "core/data_prepare.h"
 #include "core/errors.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "objectives/diffusion_time.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_schema.h"
-#include "core/trainer.h"
+#include "train/trainer.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 #include "tools/run_setup.h"

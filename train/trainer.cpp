@@ -1,6 +1,6 @@
 // The training loop. Each step draws one deterministic batch (a pure function of seed and step), splits it into
 // micro-batches, accumulates loss sums, divides by the total count, clips, and applies AdamW.
-#include "core/trainer.h"
+#include "train/trainer.h"
 
 #include <chrono>
 #include <cmath>
