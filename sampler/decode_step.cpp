@@ -64,20 +64,24 @@ torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch:
   } else {
 #ifdef INKSTONE_CUDA
     if (!graph_) {
-      // Capture on a side stream, after warm-up forwards that create what the forward makes lazily (cuBLAS
-      // handles and workspaces, the cache's slot index, RoPE frequencies on the device). They write this step's
-      // keys and values into its own slot, which the replay writes again.
-      torch::cuda::synchronize();
+      // Capture on a side stream of the model's device (whichever device is current: a data-parallel rank's model
+      // need not be on it), after warm-up forwards that create what the forward makes lazily (cuBLAS handles and
+      // workspaces, the cache's slot index, RoPE frequencies on the device). They write this step's keys and values
+      // into its own slot, which the replay writes again.
+      const auto device = tokens_.device().index();
+      c10::cuda::CUDAGuard on_model_device(tokens_.device());
+      torch::cuda::synchronize(device);
       graph_ = std::make_unique<CapturedGraph>();
       {
-        c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool());
+        c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device));
         for (int warmup = 0; warmup < 2; ++warmup) forward();
         graph_->graph.capture_begin();
         logits_ = forward();
         graph_->graph.capture_end();
       }
-      torch::cuda::synchronize();
+      torch::cuda::synchronize(device);
     }
+    c10::cuda::CUDAGuard on_model_device(tokens_.device());
     graph_->graph.replay();
     logits = logits_;
 #endif
