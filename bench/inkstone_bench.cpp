@@ -278,7 +278,7 @@ nlohmann::json run_diffusion_step(const BenchArgs& a) {
       p.step = k;
       return fused_diffusion_step(logits, z, support, sequences, p);
     }
-    const auto x_hat = torch::softmax(logits.to(torch::kDouble).masked_fill(~support, -INFINITY), -1);
+    const auto x_hat = torch::softmax(process.support->restrict_logits(logits.to(torch::kDouble)), -1);
     return exponential_race(uniform_posterior(x_hat, z, alpha_t, alpha_s, support), generator);
   };
   step(0).sum().item<int64_t>();  // warmup; the host read waits for the device
