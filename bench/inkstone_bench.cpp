@@ -24,7 +24,8 @@
 #include "core/platform.h"
 #include "core/prompt_format.h"
 #include "core/safetensors.h"
-#include "train/trainer.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "models/model_dims.h"
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
@@ -164,8 +165,9 @@ double reference_loss(Objective& objective, LanguageModelImpl& model, const Batc
 nlohmann::json run_train(const BenchArgs& a) {
   const Config config = bench_config(a, a.objective, a.seq_len);
   auto ctx = cli::prepare_run(config);
-  const auto data = cli::open_training_data(config, *ctx.tokenizer, ctx.objective->needs());
   auto model = cli::build_model_for(config, *ctx.tokenizer, ctx.device);
+  auto objective = make_objective(config, *ctx.tokenizer);
+  const auto data = cli::open_training_data(config, *ctx.tokenizer, objective->needs());
   model->to(ctx.device);
 
   // Every batch the trainer will draw (a pure function of seed and step), for the peer to train on.
@@ -180,23 +182,23 @@ nlohmann::json run_train(const BenchArgs& a) {
   add_weights(share, *model);
   share.emplace_back("batches", torch::stack(batches));
   const Batch first = token_batch_to_device(data.train->train_batch(0, a.batch), 0, a.batch, ctx.device);
-  const double check_loss = reference_loss(*ctx.objective, *model, first, share);
+  const double check_loss = reference_loss(*objective, *model, first, share);
   auto metadata = shape_metadata(a, *model);
   metadata["check_loss"] = fmt::format("{:.17g}", check_loss);
   write_safetensors(a.work / "share.safetensors", share, metadata);
 
   const fs::path run_dir = a.work / "run";
   fs::remove_all(run_dir);
-  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir,
-                  ctx.device);
+  TrainingSession session(config, model, std::move(objective), ctx.tokenizer, run_dir, ctx.device);
+  WindowSource source(session, data.train, data.val);
   std::vector<std::chrono::steady_clock::time_point> done_at;
   std::vector<double> losses;
-  trainer.on_step = [&](int64_t, double loss) {
+  source.on_step = [&](int64_t, double loss) {
     done_at.push_back(std::chrono::steady_clock::now());
     losses.push_back(loss);
     if (!a.kernel_times.empty() && static_cast<int64_t>(done_at.size()) == a.warmup) bench::start_kernel_times();
   };
-  trainer.run();
+  session.run(source);
   nlohmann::json kernels;
   if (!a.kernel_times.empty()) kernels = bench::stop_kernel_times(a.kernel_times, 30);
   if (static_cast<int64_t>(done_at.size()) != total_steps) throw std::runtime_error("a training step was skipped");

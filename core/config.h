@@ -98,7 +98,7 @@ struct DiffusionConfig {
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };
 
-// RL post-training from a pretrained checkpoint (objectives that consume rollouts); see rl/rl_trainer.h.
+// RL post-training from a pretrained checkpoint (objectives that consume rollouts); see rl/rollout_source.h.
 struct RlConfig {
   std::string init_checkpoint;        // checkpoint or run folder the policy (and the reference) start from
   std::string task;                   // gsm8k | math | arithmetic | countdown (rl/task.h)

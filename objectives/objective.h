@@ -1,5 +1,5 @@
 // The objective interface: a loss with metrics for one batch, a full validation, and what it needs.
-// Objectives never reach into the trainer; the trainer never knows which objective it runs.
+// Objectives never reach into the training session; the session never knows which objective it runs.
 #pragma once
 #include <map>
 #include <memory>
@@ -47,7 +47,7 @@ class Objective {
   // Validation metrics over the whole source (float64 accumulation). Keys include loss_nats.
   virtual std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
   // Statistics of a whole rollout batch that are fixed before any update (e.g. quantiles of quantities computed
-  // without gradient); the RL trainer logs them once per batch. Window objectives have none.
+  // without gradient); the rollout step source logs them once per batch. Window objectives have none.
   virtual std::map<std::string, double> rollout_metrics(const Batch&) const { return {}; }
   // Parameters the objective learns itself (FlowRL's log Z head), optimised with the model's; null for most.
   virtual std::shared_ptr<torch::nn::Module> trainable() { return nullptr; }
@@ -55,5 +55,7 @@ class Objective {
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer);
+// What the objective registered as `name` trains on, without building it (InputError for an unknown name).
+BatchKind objective_batch_kind(const std::string& name);
 
 }  // namespace inkstone

@@ -13,21 +13,49 @@
 
 namespace inkstone {
 
-std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer) {
-  using Factory = std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)>;
-  static const std::map<std::string, Factory> registry = {
-      {"ar", [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }},
+namespace {
+
+struct Registered {
+  BatchKind consumes;
+  std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)> make;
+};
+
+const std::map<std::string, Registered>& registry() {
+  static const std::map<std::string, Registered> objectives = {
+      {"ar", {BatchKind::windows,
+              [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }}},
       {"uniform_diffusion",
-       [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }},
+       {BatchKind::windows,
+        [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }}},
       {"masked_diffusion",
-       [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }},
-      {"gflowrl", [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }},
-      {"grpo", [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }},
-      {"flowrl", [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }},
+       {BatchKind::windows,
+        [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }}},
+      {"gflowrl", {BatchKind::rollouts,
+                   [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }}},
+      {"grpo", {BatchKind::rollouts,
+                [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }}},
+      {"flowrl", {BatchKind::rollouts,
+                  [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }}},
   };
-  auto it = registry.find(config.objective.name);
-  if (it == registry.end()) throw InputError(fmt::format("unknown objective '{}'", config.objective.name));
-  return it->second(config, tokenizer);
+  return objectives;
 }
+
+const Registered& registered(const std::string& name) {
+  auto it = registry().find(name);
+  if (it == registry().end()) throw InputError(fmt::format("unknown objective '{}'", name));
+  return it->second;
+}
+
+}  // namespace
+
+std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer) {
+  const Registered& entry = registered(config.objective.name);
+  auto objective = entry.make(config, tokenizer);
+  if (objective->needs().consumes != entry.consumes)
+    throw std::logic_error("objective '" + config.objective.name + "' is registered with the wrong batch kind");
+  return objective;
+}
+
+BatchKind objective_batch_kind(const std::string& name) { return registered(name).consumes; }
 
 }  // namespace inkstone

@@ -13,8 +13,8 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/safetensors.h"
-#include "train/trainer.h"
-#include "rl/rl_trainer.h"
+#include "rl/rl_options.h"
+#include "train/window_source.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 

@@ -10,8 +10,9 @@
 #include "core/platform.h"
 #include "core/run_lock.h"
 #include "core/stop_signal.h"
-#include "train/trainer.h"
-#include "rl/rl_trainer.h"
+#include "rl/rollout_source.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -33,7 +34,6 @@ std::shared_ptr<Distributed> join_launch(const LaunchEnv& launch, const Config& 
   return std::make_shared<Distributed>(launch, device, timeout_of(config.distributed));
 }
 
-// Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint.
 // A run stopped by a signal (core/stop_signal.h) has checkpointed; it exits with the shell's code for that signal.
 int report_stop(bool main, int signal, int64_t steps_done, const std::filesystem::path& checkpoint) {
   if (main)
@@ -42,47 +42,27 @@ int report_stop(bool main, int signal, int64_t steps_done, const std::filesystem
   return 128 + signal;
 }
 
-// A resumed run still loads rl.init_checkpoint first: it is the reference model (rl.reference = initial).
-int train_rl(Config config, const std::filesystem::path& run_dir, RunContext ctx,
-             const std::optional<CheckpointData>& checkpoint, const LaunchEnv& launch) {
+// Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint
+// (loaded on resume too: it is the reference model of rl.reference = initial), whose architecture, data settings
+// and prompt format (an imported chat model's chatml, unless this config sets [chat] itself) the run adopts.
+struct Policy {
+  LanguageModel model{nullptr};
+  std::shared_ptr<const Tokenizer> tokenizer;
+};
+Policy adopt_initial_policy(Config& config, const torch::Device& device) {
   if (config.rl.init_checkpoint.empty())
     throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
                                  config.objective.name));
-  torch::Device device = ctx.device;
-  auto distributed = join_launch(launch, config, device);
   TrainedModel init = load_trained_model(config.rl.init_checkpoint, device.str());
   set_threads(config.run.threads);
-  config.model = init.config.model;  // the policy keeps the checkpoint's architecture
-  config.data = init.config.data;    // ... and the data settings validated with it (RL reads no corpus)
-  // ... and its prompt format (an imported chat model's chatml), unless this config sets [chat] itself.
+  config.model = init.config.model;
+  config.data = init.config.data;  // validated with that architecture (RL reads no corpus)
   const ChatConfig defaults = default_config().chat;
   const ChatConfig& chat = config.chat;
   if (chat.format == defaults.format && chat.system == defaults.system && chat.prompt_start == defaults.prompt_start &&
       chat.stop_tokens == defaults.stop_tokens)
     config.chat = init.config.chat;
-  ctx.objective = make_objective(config, *init.tokenizer);  // sized for that architecture (FlowRL's log Z head)
-  const bool main = distributed->is_main();
-  if (main) {
-    print_run_header(config, init.model, run_dir, init.device);
-    if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);
-    std::filesystem::create_directories(run_dir);
-    write_file_atomic(run_dir / "config.toml", config_to_toml(config));
-    init.tokenizer->save(run_dir / "tokenizer.json");
-  }
-
-  RlTrainer trainer(config, init.model, std::move(ctx.objective), init.tokenizer, run_dir, init.device,
-                    distributed);
-  if (checkpoint) {
-    trainer.resume(*checkpoint);
-    if (main) fmt::print("resumed from step {}\n", checkpoint->step);
-  }
-  RlResult result = trainer.run();
-  if (result.stop_signal) return report_stop(main, result.stop_signal, result.steps_done, result.last_checkpoint);
-  if (!main) return 0;
-  fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
-             result.last_checkpoint.string());
-  for (const auto& [name, value] : result.final_eval) fmt::print("  eval {} = {:.4f}\n", name, value);
-  return 0;
+  return {init.model, init.tokenizer};
 }
 
 int train(const TrainOptions& o) {
@@ -109,13 +89,19 @@ int train(const TrainOptions& o) {
   }
 
   RunContext ctx = prepare_run(config);
-  if (ctx.objective->needs().consumes == BatchKind::rollouts)
-    return train_rl(config, run_dir, std::move(ctx), checkpoint, launch);
-  // A data-parallel rank: its own GPU, its rows of each batch; rank 0 alone prints and writes the run folder.
+  const bool rollouts = objective_batch_kind(config.objective.name) == BatchKind::rollouts;
+  // A data-parallel rank: its own GPU, its share of each batch; rank 0 alone prints and writes the run folder.
   auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();
-  TrainingData data = open_training_data(config, *ctx.tokenizer, ctx.objective->needs(), launch.rank);
-  LanguageModel model = build_model_for(config, *ctx.tokenizer, ctx.device);
+  LanguageModel model{nullptr};
+  if (rollouts) {
+    Policy policy = adopt_initial_policy(config, ctx.device);
+    model = policy.model;
+    ctx.tokenizer = policy.tokenizer;
+  } else {
+    model = build_model_for(config, *ctx.tokenizer, ctx.device);
+  }
+  auto objective = make_objective(config, *ctx.tokenizer);  // sized for the final architecture (FlowRL's log Z head)
   if (main) {
     print_run_header(config, model, run_dir, ctx.device);
     if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);
@@ -124,18 +110,25 @@ int train(const TrainOptions& o) {
     ctx.tokenizer->save(run_dir / "tokenizer.json");
   }
 
-  Trainer trainer(config, model, std::move(ctx.objective), ctx.tokenizer, data.train, data.val, run_dir, ctx.device,
-                  distributed);
+  TrainingSession session(config, model, std::move(objective), ctx.tokenizer, run_dir, ctx.device, distributed);
+  std::unique_ptr<StepSource> source;
+  if (rollouts) {
+    source = std::make_unique<RolloutSource>(session);
+  } else {
+    TrainingData data = open_training_data(config, *ctx.tokenizer, session.objective().needs(), launch.rank);
+    source = std::make_unique<WindowSource>(session, data.train, data.val);
+  }
   if (checkpoint) {
-    trainer.resume(*checkpoint);
+    session.resume(*checkpoint, *source);
     if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
-  TrainResult result = trainer.run();
+  const TrainResult result = session.run(*source);
   if (result.stop_signal) return report_stop(main, result.stop_signal, result.steps_done, result.last_checkpoint);
   if (!main) return 0;
-  fmt::print("done: {} steps ({} skipped), checkpoint {}\n", result.steps_done, result.skipped_steps,
+  fmt::print("done: {} steps ({} updates skipped), checkpoint {}\n", result.steps_done, result.skipped_updates,
              result.last_checkpoint.string());
-  for (const auto& [name, value] : result.final_eval) fmt::print("  val {} = {:.4f}\n", name, value);
+  const std::string split = rollouts ? "eval" : "val";
+  for (const auto& [name, value] : result.final_eval) fmt::print("  {} {} = {:.4f}\n", split, name, value);
   return 0;
 }
 

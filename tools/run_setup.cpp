@@ -33,7 +33,6 @@ RunContext prepare_run(const Config& config) {
     throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare` (RL runs: set "
                      "rl.init_checkpoint)");
   ctx.tokenizer = load_tokenizer(tokenizer_spec);
-  ctx.objective = make_objective(config, *ctx.tokenizer);
   return ctx;
 }
 

@@ -19,9 +19,8 @@ std::filesystem::path resolve_run_dir(const Config& config, const std::string& c
 struct RunContext {
   torch::Device device = torch::kCPU;
   std::shared_ptr<const Tokenizer> tokenizer;
-  std::unique_ptr<Objective> objective;
 };
-// Threads, BLAS check, seed, device, tokenizer and objective for a config.
+// Threads, BLAS check, seed, device and tokenizer for a config.
 RunContext prepare_run(const Config& config);
 
 struct TrainingData {

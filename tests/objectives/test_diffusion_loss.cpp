@@ -10,7 +10,8 @@
 #include "core/byte_tokenizer.h"
 #include "core/data_prepare.h"
 #include "core/errors.h"
-#include "train/trainer.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "objectives/diffusion_time.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"
@@ -432,10 +433,11 @@ TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
     // The trainer's final eval sees the same batches, times and noise (a fixed seed), so the two are paired.
     const double before = objective->evaluate(*model, WindowEvalSource(*val, 8, 4, torch::kCPU)).at("loss_nats");
     model->train();
-    Trainer trainer(config, model, std::move(objective), tokenizer, train, val, dir / name, torch::kCPU);
+    TrainingSession session(config, model, std::move(objective), tokenizer, dir / name, torch::kCPU);
+    WindowSource source(session, train, val);
     int64_t steps = 0;
-    trainer.on_step = [&](int64_t, double) { ++steps; };
-    const TrainResult result = trainer.run();
+    source.on_step = [&](int64_t, double) { ++steps; };
+    const TrainResult result = session.run(source);
     EXPECT_EQ(steps, 40);
     const double after = result.final_eval.at("loss_nats");
     EXPECT_LT(after, 0.8 * before) << "before " << before << " after " << after;

@@ -8,7 +8,8 @@
 #include "core/byte_tokenizer.h"
 #include "core/checkpoint.h"
 #include "core/data_prepare.h"
-#include "train/trainer.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "objectives/objective.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
@@ -57,12 +58,14 @@ std::map<int64_t, double> train_run(const TinyRun& s, const std::filesystem::pat
                                     std::unique_ptr<Objective> objective = nullptr) {
   torch::manual_seed(static_cast<uint64_t>(s.config.run.seed));
   auto model = build_language_model(s.config.model, s.tokenizer->vocab_size());
-  Trainer trainer(s.config, model, objective ? std::move(objective) : make_objective(s.config, *s.tokenizer), s.tokenizer,
-                  s.train, s.val, run_dir, torch::kCPU);
-  if (checkpoint) trainer.resume(*checkpoint);
+  TrainingSession session(s.config, model,
+                          objective ? std::move(objective) : make_objective(s.config, *s.tokenizer), s.tokenizer,
+                          run_dir, torch::kCPU);
+  WindowSource source(session, s.train, s.val);
+  if (checkpoint) session.resume(*checkpoint, source);
   std::map<int64_t, double> losses;
-  trainer.on_step = [&](int64_t step, double loss) { losses[step] = loss; };
-  trainer.run();
+  source.on_step = [&](int64_t step, double loss) { losses[step] = loss; };
+  session.run(source);
   return losses;
 }
 
@@ -121,9 +124,10 @@ TEST_F(ArTraining, DocumentMaskReachesTheModel) {
   const double masked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU, eos)).at("loss_nats");
   const double unmasked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU)).at("loss_nats");
 
-  Trainer trainer(config, model, make_objective(config, *s.tokenizer), s.tokenizer, s.train, s.val,
-                  testing::temp_dir("ar_document_mask"), torch::kCPU);
-  const TrainResult result = trainer.run();
+  TrainingSession session(config, model, make_objective(config, *s.tokenizer), s.tokenizer,
+                          testing::temp_dir("ar_document_mask"), torch::kCPU);
+  WindowSource source(session, s.train, s.val);
+  const TrainResult result = session.run(source);
   EXPECT_NEAR(result.final_eval.at("loss_nats"), masked, 1e-9);
   EXPECT_GT(std::abs(masked - unmasked), 1e-4);
 }

@@ -9,7 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "core/config_schema.h"
-#include "train/trainer.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 #include "tools/run_setup.h"
@@ -74,13 +75,14 @@ class ZooConfigs : public ::testing::TestWithParam<std::string> {
     overrides.insert(overrides.end(), extra.begin(), extra.end());
     const Config config = load_config(path.string(), overrides);
     auto run = cli::prepare_run(config);
-    const auto data = cli::open_training_data(config, *run.tokenizer, run.objective->needs());
     auto model = cli::build_model_for(config, *run.tokenizer, run.device);
-    Trainer trainer(config, model, std::move(run.objective), run.tokenizer, data.train, data.val, run_dir,
-                    run.device);
+    auto trained = make_objective(config, *run.tokenizer);
+    const auto data = cli::open_training_data(config, *run.tokenizer, trained->needs());
+    TrainingSession session(config, model, std::move(trained), run.tokenizer, run_dir, run.device);
+    WindowSource source(session, data.train, data.val);
     std::vector<double> losses;
-    trainer.on_step = [&](int64_t, double loss) { losses.push_back(loss); };
-    trainer.run();
+    source.on_step = [&](int64_t, double loss) { losses.push_back(loss); };
+    session.run(source);
     return losses;
   }
 

@@ -20,9 +20,10 @@
 #include "core/byte_tokenizer.h"
 #include "core/checkpoint.h"
 #include "core/distributed.h"
-#include "train/trainer.h"
+#include "train/session.h"
+#include "train/window_source.h"
 #include "objectives/objective.h"
-#include "rl/rl_trainer.h"
+#include "rl/rollout_source.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 
@@ -62,10 +63,11 @@ TrainResult train_tiny(const Config& config, const std::filesystem::path& run_di
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   auto model = build_language_model(config.model, tokenizer->vocab_size());
   const int64_t rank = distributed ? distributed->rank() : 0;
-  Trainer trainer(config, model, make_objective(config, *tokenizer), tokenizer, loader(config, "train", rank),
-                  loader(config, "val", 0), run_dir, torch::kCPU, std::move(distributed));
-  trainer.on_step = std::move(on_step);
-  return trainer.run();
+  TrainingSession session(config, model, make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU,
+                          std::move(distributed));
+  WindowSource source(session, loader(config, "train", rank), loader(config, "val", 0));
+  source.on_step = std::move(on_step);
+  return session.run(source);
 }
 
 // GFlowRL on sums with a mixture-of-experts policy whose router bias balances the expert load (so that the ranks
@@ -110,12 +112,13 @@ void rl_as_one_rank(const Config& config, const std::filesystem::path& dir, std:
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   auto policy = build_language_model(config.model, tokenizer->vocab_size());
   std::ofstream checksums(dir / fmt::format("losses_rank{}.txt", distributed->rank()));
-  RlTrainer trainer(config, policy, make_objective(config, *tokenizer), tokenizer, dir / "run", torch::kCPU,
-                    std::move(distributed));
-  trainer.on_step = [&](int64_t step, const nlohmann::json&) {
+  TrainingSession session(config, policy, make_objective(config, *tokenizer), tokenizer, dir / "run", torch::kCPU,
+                          std::move(distributed));
+  RolloutSource source(session);
+  source.on_step = [&](int64_t step, const nlohmann::json&) {
     checksums << fmt::format("{} {:.17g}\n", step, weight_checksum(*policy)) << std::flush;
   };
-  trainer.run();
+  session.run(source);
 }
 
 // The rank side of the tests: reads INKSTONE_TEST_DIR/config.toml, trains as the rank the launch variables name,
@@ -286,9 +289,10 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
   // Resuming that checkpoint with another number of processes is refused with the reason.
   auto tokenizer = std::make_shared<ByteTokenizer>();
   auto model = build_language_model(single.model, tokenizer->vocab_size());
-  Trainer trainer(single, model, make_objective(single, *tokenizer), tokenizer, loader(single, "train", 0),
-                  loader(single, "val", 0), dir / "resumed", torch::kCPU);
-  const std::string refusal = testing::input_error_of([&] { trainer.resume(parallel); });
+  TrainingSession session(single, model, make_objective(single, *tokenizer), tokenizer, dir / "resumed",
+                          torch::kCPU);
+  WindowSource source(session, loader(single, "train", 0), loader(single, "val", 0));
+  const std::string refusal = testing::input_error_of([&] { session.resume(parallel, source); });
   EXPECT_NE(refusal.find("written by 2 rank(s) but this run has 1"), std::string::npos) << refusal;
 }
 

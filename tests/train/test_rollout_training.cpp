@@ -1,5 +1,5 @@
-// The RL loop end to end at toy scale (rollout, reward, old/ref log-probs, epochs of mini-batch updates, eval,
-// checkpoint) for both objectives, and the pass@k estimator.
+// RL training end to end at toy scale (rollout, reward, old/ref log-probs, epochs of mini-batch updates, eval,
+// checkpoint) for every rollout objective, through the training session and the rollout step source.
 #include <cmath>
 #include <fstream>
 
@@ -9,38 +9,13 @@
 #include "core/checkpoint.h"
 #include "core/config.h"
 #include "objectives/objective.h"
-#include "rl/policy_eval.h"
-#include "rl/rl_trainer.h"
+#include "rl/rollout_source.h"
+#include "train/session.h"
 #include "tests/rl/rl_fixtures.h"
 #include "tests/test_paths.h"
 
 namespace inkstone {
 namespace {
-
-TEST(PassAtK, UnbiasedEstimatorMatchesTheBinomialForm) {
-  // 1 − C(n−c, k)/C(n, k) by direct counting for n = 8, c = 3.
-  auto binomial = [](int n, int k) {
-    double b = 1;
-    for (int i = 1; i <= k; ++i) b = b * (n - k + i) / i;
-    return b;
-  };
-  for (int k = 1; k <= 8; ++k)
-    EXPECT_NEAR(pass_at_k(8, 3, k), 1.0 - binomial(5, k) / binomial(8, k), 1e-12) << k;
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 3, 1), 3.0 / 8);
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 0, 4), 0.0);
-  EXPECT_DOUBLE_EQ(pass_at_k(8, 6, 4), 1.0);
-}
-
-TEST(RewardSpec, NamesWithOptionalWeights) {
-  RlConfig rl = default_config().rl;
-  rl.rewards = {"correct", "format=0.25"};
-  const auto rewards = weighted_rewards(rl);
-  ASSERT_EQ(rewards.size(), 2u);
-  EXPECT_EQ(rewards[1].function->name(), "format");
-  EXPECT_DOUBLE_EQ(rewards[1].weight, 0.25);
-  rl.rewards = {"correct=x"};
-  EXPECT_ANY_THROW(weighted_rewards(rl));
-}
 
 // Shrinks a config to toy scale: the tiny policy, two prompts of four rollouts, two steps.
 Config toy_scale(Config config) {
@@ -68,11 +43,12 @@ void run_toy(const Config& config, const std::string& name) {
   auto tokenizer = std::make_shared<ByteTokenizer>();
   const auto run_dir = testing::temp_dir("rl_" + name);
   torch::manual_seed(5);
-  RlTrainer trainer(config, build_language_model(config.model, tokenizer->vocab_size()),
-                    make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
+  TrainingSession session(config, build_language_model(config.model, tokenizer->vocab_size()),
+                          make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
+  RolloutSource source(session);
   std::vector<nlohmann::json> lines;
-  trainer.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
-  const RlResult result = trainer.run();
+  source.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
+  const TrainResult result = session.run(source);
 
   EXPECT_EQ(result.steps_done, 2);
   ASSERT_EQ(lines.size(), 2u);
@@ -98,14 +74,14 @@ void run_arithmetic(const std::string& objective_name) {
   run_toy(config, objective_name);
 }
 
-TEST(RlTrainer, GflowrlRunsEndToEnd) { run_arithmetic("gflowrl"); }
-TEST(RlTrainer, GrpoRunsEndToEnd) { run_arithmetic("grpo"); }
-TEST(RlTrainer, FlowrlRunsEndToEnd) { run_arithmetic("flowrl"); }
+TEST(RolloutTraining, GflowrlRunsEndToEnd) { run_arithmetic("gflowrl"); }
+TEST(RolloutTraining, GrpoRunsEndToEnd) { run_arithmetic("grpo"); }
+TEST(RolloutTraining, FlowrlRunsEndToEnd) { run_arithmetic("flowrl"); }
 
 // Stopping after step 2 and resuming from its checkpoint ends at the same weights (policy and FlowRL's log Z
 // head) as one uninterrupted run: prompts and rollout seeds depend on the step only, and mini-batch orders on
 // (seed, step, epoch).
-TEST(RlTrainer, ResumeContinuesTheUninterruptedRun) {
+TEST(RolloutTraining, ResumeContinuesTheUninterruptedRun) {
   Config config = toy_scale(default_config());
   config.objective.name = "flowrl";
   config.rl.task = "arithmetic";
@@ -116,21 +92,24 @@ TEST(RlTrainer, ResumeContinuesTheUninterruptedRun) {
   config.schedule.kind = "constant";
   config.schedule.warmup_steps = 6;
   auto tokenizer = std::make_shared<ByteTokenizer>();
-  auto trainer_in = [&](const std::filesystem::path& run_dir, const Config& c) {
+  // Trains in `run_dir` from a fresh policy, or from `checkpoint` when given.
+  auto train_in = [&](const std::filesystem::path& run_dir, const Config& c, const CheckpointData* checkpoint) {
     torch::manual_seed(5);
-    return std::make_unique<RlTrainer>(c, build_language_model(c.model, tokenizer->vocab_size()),
-                                       make_objective(c, *tokenizer), tokenizer, run_dir, torch::kCPU);
+    TrainingSession session(c, build_language_model(c.model, tokenizer->vocab_size()), make_objective(c, *tokenizer),
+                            tokenizer, run_dir, torch::kCPU);
+    RolloutSource source(session);
+    if (checkpoint) session.resume(*checkpoint, source);
+    return session.run(source);
   };
   const auto straight_dir = testing::temp_dir("rl_resume_straight");
-  const RlResult straight = trainer_in(straight_dir, config)->run();
+  const TrainResult straight = train_in(straight_dir, config, nullptr);
 
   const auto split_dir = testing::temp_dir("rl_resume_split");
   Config first_half = config;
   first_half.train.steps = 2;
-  trainer_in(split_dir, first_half)->run();
-  auto resumed = trainer_in(split_dir, config);
-  resumed->resume(load_checkpoint(split_dir / "checkpoints" / "step_000002"));
-  const RlResult second = resumed->run();
+  train_in(split_dir, first_half, nullptr);
+  const CheckpointData halfway = load_checkpoint(split_dir / "checkpoints" / "step_000002");
+  const TrainResult second = train_in(split_dir, config, &halfway);
 
   EXPECT_EQ(second.steps_done, 4);
   const CheckpointData a = load_checkpoint(straight.last_checkpoint);
@@ -150,7 +129,7 @@ TEST(RlTrainer, ResumeContinuesTheUninterruptedRun) {
 }
 
 // configs/gflowrl-gsm8k.toml as shipped, shrunk to toy scale, on three GSM8K-format problems.
-TEST(RlTrainer, Gsm8kConfigRunsAtToyScale) {
+TEST(RolloutTraining, Gsm8kConfigRunsAtToyScale) {
   const auto dir = testing::temp_dir("rl_gsm8k_problems");
   const auto problems = dir / "problems.jsonl";
   std::ofstream(problems)

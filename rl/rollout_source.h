@@ -1,0 +1,57 @@
+// Steps from rollouts of the policy being trained, for objectives that consume them (GFlowRL, GRPO, FlowRL): per
+// step, G rollouts for each of a batch of prompts, rewards, the trainer's own old (and reference) log-probs, then
+// rl.epochs x rl.mini_batches optimizer updates; the metrics of docs/rl.md, "Metrics" per step, held-out pass@k
+// as the evaluation.
+// Data parallel: each rank rolls out its own whole groups (P / ranks prompts of the step's P, the ones a single
+// process would draw), every mini-batch takes the same number of groups from each rank, and the gradient is the
+// global mean (core/distributed.h); held-out problems are split over the ranks too.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "core/prompt_source.h"
+#include "rl/rl_options.h"
+#include "train/session.h"
+
+namespace inkstone {
+
+class RolloutSource : public StepSource {
+ public:
+  // The session's model is the initial policy (rl.init_checkpoint); with rl.reference = initial a frozen copy of
+  // it is the reference. InputError for an objective that trains on token windows or prompt counts that do not
+  // split evenly over the ranks.
+  explicit RolloutSource(TrainingSession& session);
+
+  std::string name() const override { return "rl"; }
+  StepReport step(TrainingSession& session, int64_t step) override;
+  EvalReport evaluate(TrainingSession& session) override;
+  bool evaluates_before_training() const override { return true; }
+  nlohmann::json checkpoint_state() const override;
+  void restore(const CheckpointData& checkpoint) override;
+
+  // Called after every step with its metrics line; tests use it.
+  std::function<void(int64_t, const nlohmann::json&)> on_step;
+
+ private:
+  struct Updates;
+  Updates update(TrainingSession& session, const Batch& rollouts, int64_t step);
+  int64_t rank_prompts() const { return rl_.prompts_per_step / world_size_; }
+
+  RlConfig rl_;
+  PolicyEvalOptions eval_options_;
+  ChatConfig chat_;
+  uint64_t seed_;
+  int64_t steps_;
+  bool cuda_graphs_;
+  int64_t rank_;
+  int64_t world_size_;
+  LanguageModel reference_{nullptr};  // null when the reference is π_old
+  std::unique_ptr<PromptSource> train_problems_;
+  std::unique_ptr<PromptSource> eval_problems_;
+  std::vector<WeightedReward> rewards_;
+  int64_t optimizer_steps_ = 0;
+};
+
+}  // namespace inkstone

@@ -1,0 +1,229 @@
+// The training loop shared by every objective (train/session.h): one update primitive, one cadence of logging,
+// evaluation and checkpoints, one checkpoint format.
+#include "train/session.h"
+
+#include <cmath>
+#include <cstdio>
+
+#include <unistd.h>
+
+#include <fmt/format.h>
+
+#include "core/counter_hash.h"
+#include "core/lr_schedule.h"
+#include "core/optimizer_state.h"
+#include "core/progress.h"
+#include "core/resume_check.h"
+#include "core/rng_state.h"
+#include "core/stop_signal.h"
+#include "models/auxiliary.h"
+
+namespace inkstone {
+namespace {
+
+// On a terminal the progress line is redrawn in place: start a fresh line so the message stays visible.
+void print_above_progress(const std::string& message) {
+  fmt::print("{}{}\n", ::isatty(::fileno(stdout)) ? "\n" : "", message);
+}
+
+// The model's own updates after an optimizer step (models/auxiliary.h), from statistics summed over the ranks
+// first, so that every rank updates alike (e.g. MoE's router bias from the global expert load).
+void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& distributed) {
+  if (distributed.active()) {
+    auto statistics = rank_statistics(model);
+    if (!statistics.empty()) distributed.all_reduce(statistics, ReduceOp::sum);
+  }
+  after_optimizer_step(model);
+}
+
+}  // namespace
+
+NonFiniteError non_finite_update(int64_t step) {
+  return NonFiniteError(fmt::format(
+      "the update of step {} made weights NaN or inf (check optim.learning_rate, optim.eps, optim.beta1/beta2 and "
+      "optim.weight_decay); stopping, the last checkpoint is intact",
+      step));
+}
+
+TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
+                                 std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir,
+                                 torch::Device device, std::shared_ptr<Distributed> distributed)
+    : config_(std::move(config)),
+      model_(std::move(model)),
+      objective_(std::move(objective)),
+      tokenizer_(std::move(tokenizer)),
+      run_dir_(std::move(run_dir)),
+      device_(device),
+      autocast_(config_.run.precision == "bf16" && device.is_cuda()),
+      distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
+  model_->to(device_);
+  auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
+  if (auto own = objective_->trainable()) {
+    own->to(device_);
+    const auto extra = split_parameter_groups(*own, config_.optim.no_decay);
+    for (const auto& [name, p] : extra.decay) groups.decay.emplace_back("objective." + name, p);
+    for (const auto& [name, p] : extra.no_decay) groups.no_decay.emplace_back("objective." + name, p);
+  }
+  optimized_ = groups.decay;
+  optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
+  for (auto& [name, p] : optimized_) parameters_.push_back(p);
+  optimizer_ = make_adamw(groups, config_.optim);
+
+  if (distributed_->active()) {
+    // Each rank draws its own noise (diffusion times, dropout); rank 0 keeps the single-process stream.
+    if (!distributed_->is_main())
+      torch::manual_seed(counter_hash({static_cast<uint64_t>(config_.run.seed),
+                                       static_cast<uint64_t>(distributed_->rank())}));
+    const auto bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
+    synchroniser_ = std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes);
+  }
+}
+
+void TrainingSession::resume(const CheckpointData& checkpoint, StepSource& source) {
+  const std::string origin = fmt::format("checkpoint step {}", checkpoint.step);
+  const auto changes =
+      check_resume_config(config_from_string(checkpoint.config_toml, origin + " config.toml"), config_, origin);
+  if (distributed_->is_main()) print_setting_changes(changes);
+  load_module_weights(*model_, checkpoint.model, origin);
+  if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
+  import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
+  restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
+  step_ = checkpoint.step;
+  elapsed_before_s_ = state_number(checkpoint, "elapsed_s", 0.0);
+  source.restore(checkpoint);
+}
+
+double TrainingSession::learning_rate(int64_t k, int64_t total) const {
+  return learning_rate_at(config_.schedule, config_.optim.learning_rate, k, total);
+}
+
+double TrainingSession::elapsed_s() const {
+  return elapsed_before_s_ +
+         std::chrono::duration<double>(std::chrono::steady_clock::now() - session_start_).count();
+}
+
+void TrainingSession::log(const nlohmann::json& line) {
+  if (log_) log_->append(line);
+}
+
+UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
+  if (!weights_finite_.defined()) weights_finite_ = all_finite(parameters_);
+  set_learning_rate(*optimizer_, lr);
+  optimizer_->zero_grad();
+  UpdateResult u;
+  u.sums = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast_, synchroniser_.get());
+  const torch::Tensor grad_norm = clip_grad_norm(parameters_, config_.optim.grad_clip);
+  // The step-or-skip decision needs these on the host, and the previous update's finiteness rides along: one
+  // transfer (one device sync) per update.
+  const auto host = torch::stack({u.sums.loss_sum.to(torch::kDouble), u.sums.count.to(torch::kDouble),
+                                  grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)})
+                        .cpu();
+  if (host[3].item<double>() == 0.0) throw non_finite_update(step);
+  u.units = host[1].item<double>();
+  u.loss = host[0].item<double>() / std::max(u.units, 1.0);
+  u.grad_norm = host[2].item<double>();
+  if (!std::isfinite(u.loss) || !std::isfinite(u.grad_norm)) {
+    ++skipped_updates_;
+    log({{"step", step + 1}, {"split", "train"}, {"event", "skipped_non_finite"}, {"loss", u.loss},
+         {"grad_norm", u.grad_norm}});
+    if (++bad_in_a_row_ >= config_.train.max_bad_steps)
+      throw std::runtime_error(fmt::format(
+          "{} consecutive steps had a non-finite loss or gradient (last at step {}); stopping. "
+          "Lower optim.learning_rate or check the data",
+          bad_in_a_row_, step + 1));
+    return u;
+  }
+  bad_in_a_row_ = 0;
+  // A batch without units (e.g. GFlowRL's filter removed every group) has no signal: no step, so weight decay
+  // and stale moments do not move the weights.
+  if (u.units == 0) return u;
+  optimizer_->step();
+  after_optimizer_step_on_all_ranks(*model_, *distributed_);
+  weights_finite_ = all_finite(parameters_);
+  u.applied = true;
+  return u;
+}
+
+std::filesystem::path TrainingSession::save(const StepSource& source) {
+  const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
+  if (!distributed_->is_main()) return {};
+  CheckpointData data;
+  data.step = step_;
+  data.model = module_weights(*model_);
+  if (auto own = objective_->trainable()) data.objective = module_weights(*own);
+  data.optimizer = export_adamw_state(*optimizer_, optimized_);
+  data.state = {{"elapsed_s", elapsed_s()},
+                {"rng", capture_rng_state()},
+                {"optimizer", adamw_hyperparameters(*optimizer_)},
+                {"objective", objective_->name()}};
+  data.state.update(source.checkpoint_state());
+  data.state.update(rank_state);
+  data.config_toml = config_to_toml(config_);
+  data.tokenizer = tokenizer_->to_json();
+  return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);
+}
+
+TrainResult TrainingSession::run(StepSource& source) {
+  const auto& train = config_.train;
+  session_start_ = std::chrono::steady_clock::now();
+  // Only rank 0 writes metrics and draws progress.
+  const int64_t first_step = step_;
+  std::optional<ProgressBar> progress;
+  if (distributed_->is_main()) {
+    std::filesystem::create_directories(run_dir_);
+    log_.emplace(run_dir_ / "metrics.jsonl", step_);  // a resumed run drops the lines past its checkpoint
+    progress.emplace(source.name(), train.steps - first_step, ProgressBar::Unit::items);
+  }
+  TrainResult result;
+  model_->train();
+  {
+    std::vector<torch::Tensor> state = model_->parameters();
+    for (const auto& buffer : model_->buffers()) state.push_back(buffer);
+    if (auto own = objective_->trainable())
+      for (const auto& p : own->parameters()) state.push_back(p);
+    distributed_->broadcast_from_main(state);  // every rank starts from rank 0's weights
+  }
+  weights_finite_ = all_finite(parameters_);
+
+  auto evaluate = [&](int64_t done) {
+    EvalReport report = source.evaluate(*this);
+    report.line["step"] = done;
+    report.line["elapsed_s"] = elapsed_s();
+    log(report.line);
+    if (progress) print_above_progress(fmt::format("step {} {}", done, report.summary));
+    return report.metrics;
+  };
+  if (step_ == 0 && source.evaluates_before_training()) evaluate(0);
+
+  while (step_ < train.steps) {
+    StepReport report = source.step(*this, step_);
+    const int64_t done = ++step_;
+    if (report.line) {
+      nlohmann::json& line = *report.line;
+      line["step"] = done;
+      line["split"] = "train";
+      line["elapsed_s"] = elapsed_s();
+      log(line);
+      if (progress) progress->update(done - first_step, report.progress);
+    }
+    const bool last = done == train.steps;
+    if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
+      auto metrics = evaluate(done);
+      if (last) result.final_eval = metrics;
+    }
+    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
+    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal)
+      result.last_checkpoint = save(source);
+    if (stop_signal) {
+      result.stop_signal = stop_signal;
+      break;
+    }
+  }
+  if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
+  log_.reset();
+  result.steps_done = step_;
+  result.skipped_updates = skipped_updates_;
+  return result;
+}
+
+}  // namespace inkstone

@@ -1,0 +1,143 @@
+// One training session for every objective: it owns the parameters (model and objective), the optimizer, the
+// data-parallel set-up, the update (micro-batches -> clipped, NaN-guarded AdamW step), checkpoints and resume,
+// the metrics log, progress, and the eval / checkpoint cadence. What a step trains on comes from a StepSource:
+// windows of a token corpus (train/window_source.h) or rollouts of the policy (rl/rollout_source.h).
+// docs/training.md describes the loop.
+#pragma once
+#include <chrono>
+#include <cstdint>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/checkpoint.h"
+#include "core/config.h"
+#include "core/distributed.h"
+#include "core/errors.h"
+#include "core/metrics_log.h"
+#include "core/module_weights.h"
+#include "core/optimizer.h"
+#include "core/tokenizer.h"
+#include "models/language_model.h"
+#include "objectives/objective.h"
+#include "train/gradient_accumulation.h"
+
+namespace inkstone {
+
+class TrainingSession;
+
+struct TrainResult {
+  int64_t steps_done = 0;
+  int64_t skipped_updates = 0;  // optimizer updates skipped for a non-finite loss or gradient
+  std::map<std::string, double> final_eval;
+  std::filesystem::path last_checkpoint;
+  int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (core/stop_signal.h)
+};
+
+// What one step reports to the session: the metrics line to log (none on steps between log lines) and the text
+// of the progress bar.
+struct StepReport {
+  std::optional<nlohmann::json> line;
+  std::string progress;
+};
+
+// An evaluation: its metrics, the line to log (split and metrics; the session adds step and elapsed time) and a
+// one-line summary for the terminal.
+struct EvalReport {
+  std::map<std::string, double> metrics;
+  nlohmann::json line;
+  std::string summary;
+};
+
+// Where a session's steps come from. A source draws a step's data from (run seed, step) alone, so that a resumed
+// run continues as the uninterrupted one would, and calls TrainingSession::update once or more per step.
+class StepSource {
+ public:
+  virtual ~StepSource() = default;
+  virtual std::string name() const = 0;  // labels the progress bar
+  virtual StepReport step(TrainingSession& session, int64_t step) = 0;
+  virtual EvalReport evaluate(TrainingSession& session) = 0;
+  // Whether the untrained model is evaluated before the first step (the RL baseline).
+  virtual bool evaluates_before_training() const { return false; }
+  // The source's own counters, saved in the checkpoint's state and restored from it.
+  virtual nlohmann::json checkpoint_state() const = 0;
+  virtual void restore(const CheckpointData& checkpoint) = 0;
+};
+
+// One optimizer update: its loss, gradient norm and unit count, and whether the step was taken.
+struct UpdateResult {
+  bool applied = false;  // false: skipped (non-finite loss or gradient) or empty (no units)
+  double loss = 0;       // mean over units
+  double grad_norm = 0;  // before clipping
+  double units = 0;
+  AccumulatedStep sums;
+};
+
+// The error for an optimizer update (the update of step `step` + 1) that left a weight NaN or inf; found with the
+// next step's host transfer, so the run ends before that update can reach a checkpoint (exit 1).
+NonFiniteError non_finite_update(int64_t step);
+
+class TrainingSession {
+ public:
+  // With an active `distributed`, this process is one rank of a data-parallel run: the step source gives it its
+  // share of each global batch, the gradients are averaged over the ranks, and only rank 0 writes metrics,
+  // progress and checkpoints. The objective's own parameters (Objective::trainable) are optimised and
+  // checkpointed with the model's.
+  TrainingSession(Config config, LanguageModel model, std::unique_ptr<Objective> objective,
+                  std::shared_ptr<const Tokenizer> tokenizer, std::filesystem::path run_dir, torch::Device device,
+                  std::shared_ptr<Distributed> distributed = nullptr);
+
+  // Restores weights (model and objective), optimizer, RNG, step and the source's counters, so training
+  // continues exactly. A checkpoint whose config differs in meaning (core/resume_check.h: the objective, the
+  // architecture, ...) or of a run with another number of ranks is an InputError.
+  void resume(const CheckpointData& checkpoint, StepSource& source);
+  TrainResult run(StepSource& source);
+
+  // Zeroes the gradients, accumulates them over `micro_batches` at learning rate `lr`, clips, and steps unless
+  // the loss or gradient is non-finite (counted, logged, fatal after train.max_bad_steps in a row) or the batch
+  // has no units. `step` is the training step the update belongs to (for messages).
+  UpdateResult update(const std::vector<Batch>& micro_batches, double lr, int64_t step);
+  // The learning rate of optimizer step `k` of `total` (optim.learning_rate under the schedule).
+  double learning_rate(int64_t k, int64_t total) const;
+
+  const Config& config() const { return config_; }
+  LanguageModel& model() { return model_; }
+  Objective& objective() { return *objective_; }
+  const Tokenizer& tokenizer() const { return *tokenizer_; }
+  torch::Device device() const { return device_; }
+  Distributed& distributed() { return *distributed_; }
+  bool autocast() const { return autocast_; }
+  // Wall time of the run so far, earlier sessions of a resumed run included.
+  double elapsed_s() const;
+
+ private:
+  std::filesystem::path save(const StepSource& source);
+  void log(const nlohmann::json& line);
+
+  Config config_;
+  LanguageModel model_;
+  std::unique_ptr<Objective> objective_;
+  std::shared_ptr<const Tokenizer> tokenizer_;
+  std::filesystem::path run_dir_;
+  torch::Device device_;
+  bool autocast_;
+  NamedTensors optimized_;  // in the optimizer's group order, for its checkpointed state
+  std::vector<torch::Tensor> parameters_;  // the same tensors, for clipping and finiteness checks
+  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::shared_ptr<Distributed> distributed_;
+  std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run
+  std::optional<MetricsLog> log_;                       // rank 0, during run()
+  torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
+  int64_t step_ = 0;
+  int64_t skipped_updates_ = 0;
+  int64_t bad_in_a_row_ = 0;
+  double elapsed_before_s_ = 0;  // wall time of earlier sessions of a resumed run
+  std::chrono::steady_clock::time_point session_start_ = std::chrono::steady_clock::now();
+};
+
+}  // namespace inkstone

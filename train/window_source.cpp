@@ -1,0 +1,134 @@
+// Token-window steps for the training session (train/window_source.h).
+#include "train/window_source.h"
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+#include "core/torch_compat.h"
+
+namespace inkstone {
+
+Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
+  const int64_t rows = row_end - row_begin;
+  auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
+                                 {rows, batch.cols}, torch::kInt32);
+  auto real = torch::from_blob(const_cast<uint8_t*>(batch.real.data()) + row_begin * batch.cols,
+                               {rows, batch.cols}, torch::kUInt8);
+  return {tokens.to(device, torch::kLong), real.to(device, torch::kBool), row_begin, batch.rows};
+}
+
+WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
+                                   torch::Device device, int64_t document_eos)
+    : loader_(loader), batch_size_(batch_size), device_(device), document_eos_(document_eos) {
+  const int64_t windows = loader.num_eval_windows();
+  num_batches_ = (windows + batch_size - 1) / batch_size;
+  if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
+}
+
+Batch WindowEvalSource::batch(int64_t index) const {
+  const int64_t first = index * batch_size_;
+  const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
+  Batch batch = token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
+  if (document_eos_ >= 0) batch.documents = packed_documents(batch.tokens, document_eos_);
+  return batch;
+}
+
+WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const WindowLoader> train_data,
+                           std::shared_ptr<const WindowLoader> val_data)
+    : train_data_(std::move(train_data)),
+      val_data_(std::move(val_data)),
+      train_(session.config().train),
+      seq_len_(session.config().data.seq_len),
+      document_eos_(session.config().data.document_mask ? session.tokenizer().specials().eos : -1),
+      rank_(session.distributed().rank()),
+      world_size_(session.distributed().world_size()),
+      device_(session.device()) {
+  if (session.objective().needs().consumes != BatchKind::windows)
+    throw InputError(fmt::format("objective '{}' trains on rollouts, not token windows", session.objective().name()));
+  if (train_.batch_size % (world_size_ * train_.grad_accum) != 0)
+    throw InputError(fmt::format("train.batch_size = {} must be divisible by the number of ranks ({}) times "
+                                 "train.grad_accum ({})",
+                                 train_.batch_size, world_size_, train_.grad_accum));
+  if (train_data_->options().rank != rank_)
+    throw std::logic_error("a rank's training data must be opened with that rank");
+}
+
+// `batch` is this rank's share of the global batch; its rows keep their global positions, so stratified draws
+// see the same strata whatever the number of ranks.
+Batch WindowSource::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const {
+  Batch rows = token_batch_to_device(batch, row_begin, row_end, device_);
+  rows.first_row += rank_ * batch.rows;
+  rows.total_rows = batch.rows * world_size_;
+  if (document_eos_ >= 0) rows.documents = packed_documents(rows.tokens, document_eos_);
+  return rows;
+}
+
+StepReport WindowSource::step(TrainingSession& session, int64_t step) {
+  const int64_t rank_batch = train_.batch_size / world_size_;
+  const int64_t micro_batch = rank_batch / train_.grad_accum;
+  const int64_t tokens_per_step = train_.batch_size * seq_len_;
+  const double lr = session.learning_rate(step, train_.steps);
+
+  const TokenBatch batch = train_data_->train_batch(step, rank_batch);
+  std::vector<Batch> micro_batches;
+  for (int64_t m = 0; m < train_.grad_accum; ++m)
+    micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
+  const UpdateResult u = session.update(micro_batches, lr, step);
+  const int64_t done = step + 1;
+  if (u.applied) {
+    tokens_seen_ += tokens_per_step;
+    window_tokens_ += tokens_per_step;
+    window_loss_ += u.loss;
+    ++window_steps_;
+    if (on_step) on_step(done, u.loss);
+  }
+
+  StepReport report;
+  if (window_steps_ == 0 || (done % train_.log_interval != 0 && done != train_.steps)) return report;
+  const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
+  nlohmann::json line = {{"tokens_seen", tokens_seen_},
+                         {"loss", window_loss_ / static_cast<double>(window_steps_)},
+                         {"lr", lr},
+                         {"grad_norm", u.grad_norm},
+                         {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(window_s, 1e-9)}};
+  const double units = std::max(u.units, 1.0);
+  for (auto& [name, value] : u.sums.metric_sums) line[name] = value.item<double>() / units;
+  for (auto& [name, value] : u.sums.metric_mins) line[name] = value.item<double>();
+  for (auto& [name, value] : u.sums.metric_maxes) line[name] = value.item<double>();
+  report.progress = fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train_.steps,
+                                line["loss"].get<double>(), line["tokens_per_s"].get<double>());
+  report.line = std::move(line);
+  window_start_ = std::chrono::steady_clock::now();
+  window_tokens_ = 0;
+  window_loss_ = 0;
+  window_steps_ = 0;
+  return report;
+}
+
+// Every rank evaluates the same batches with the same weights, in the precision the run trains in (a bf16 run's
+// fp32 evaluation cost more than a training step).
+EvalReport WindowSource::evaluate(TrainingSession& session) {
+  LanguageModelImpl& model = *session.model();
+  model.eval();
+  compat::CudaAutocastScope autocast(session.autocast());
+  WindowEvalSource source(*val_data_, train_.batch_size / train_.grad_accum, train_.eval_batches, device_,
+                          document_eos_);
+  EvalReport report;
+  report.metrics = session.objective().evaluate(model, source);
+  model.train();
+  report.line = {{"split", "val"}, {"tokens_seen", tokens_seen_}, {"loss", report.metrics.at("loss_nats")}};
+  for (const auto& [name, value] : report.metrics) report.line[name] = value;
+  report.summary = fmt::format("val loss {:.4f} nats/token, {:.4f} bits/byte", report.metrics.at("loss_nats"),
+                               report.metrics.at("bits_per_byte"));
+  return report;
+}
+
+nlohmann::json WindowSource::checkpoint_state() const {
+  return {{"tokens_seen", tokens_seen_}};
+}
+
+void WindowSource::restore(const CheckpointData& checkpoint) {
+  tokens_seen_ = state_count(checkpoint, "tokens_seen");
+}
+
+}  // namespace inkstone

@@ -1,0 +1,72 @@
+// Steps from windows of a token corpus (pretraining, diffusion): each step one deterministic batch (a pure
+// function of seed and step), split into train.grad_accum micro-batches, one optimizer update; validation over
+// consecutive windows of the val split.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+
+#include "core/batch.h"
+#include "core/window_loader.h"
+#include "train/session.h"
+
+namespace inkstone {
+
+// Rows [row_begin, row_end) of a host batch as device tensors.
+Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device);
+
+// A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all).
+class WindowEvalSource : public EvalSource {
+ public:
+  // document_eos ≥ 0: batches carry packed_documents(tokens, document_eos) (data.document_mask).
+  WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches, torch::Device device,
+                   int64_t document_eos = -1);
+  int64_t num_batches() const override { return num_batches_; }
+  Batch batch(int64_t index) const override;
+  double bytes_per_token() const override { return loader_.bytes_per_token(); }
+
+ private:
+  const WindowLoader& loader_;
+  int64_t batch_size_;
+  int64_t num_batches_;
+  torch::Device device_;
+  int64_t document_eos_;
+};
+
+class WindowSource : public StepSource {
+ public:
+  // In a data-parallel run `train_data` must be opened with the session's rank; each rank trains on its
+  // batch_size / world_size rows of every global batch. InputError for an objective that trains on rollouts or
+  // a batch that does not split evenly over ranks and micro-batches.
+  WindowSource(TrainingSession& session, std::shared_ptr<const WindowLoader> train_data,
+               std::shared_ptr<const WindowLoader> val_data);
+
+  std::string name() const override { return "train"; }
+  StepReport step(TrainingSession& session, int64_t step) override;
+  EvalReport evaluate(TrainingSession& session) override;
+  nlohmann::json checkpoint_state() const override;
+  void restore(const CheckpointData& checkpoint) override;
+
+  // Called after every applied update with (step, loss); tests use it to compare runs.
+  std::function<void(int64_t, double)> on_step;
+
+ private:
+  Batch to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const;
+
+  std::shared_ptr<const WindowLoader> train_data_;
+  std::shared_ptr<const WindowLoader> val_data_;
+  TrainConfig train_;
+  int64_t seq_len_;
+  int64_t document_eos_;  // ≥ 0 with data.document_mask
+  int64_t rank_;
+  int64_t world_size_;
+  torch::Device device_;
+  int64_t tokens_seen_ = 0;
+  // The current log window (train.log_interval steps): its start, tokens and summed step losses.
+  std::chrono::steady_clock::time_point window_start_ = std::chrono::steady_clock::now();
+  int64_t window_tokens_ = 0;
+  double window_loss_ = 0;
+  int64_t window_steps_ = 0;
+};
+
+}  // namespace inkstone
