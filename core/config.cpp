@@ -186,13 +186,14 @@ void apply_table(Config& config, const toml::table& root, const std::string& ori
   }
 }
 
-// A layer pattern (models/layer_pattern.h): letters from `allowed`, spaces ignored, tiled over n_layers.
+// A layer pattern (models/layer_pattern.h): letters (from `allowed` when given; the block patterns' letters are
+// the block registry's, models/block_registry.h), spaces ignored, tiled over n_layers.
 void check_layer_pattern(const char* key, const std::string& pattern, const std::string& allowed,
                          int64_t n_layers) {
   int64_t letters = 0;
   for (char ch : pattern) {
     if (ch == ' ') continue;
-    if (allowed.find(ch) == std::string::npos)
+    if (!allowed.empty() && allowed.find(ch) == std::string::npos)
       throw InputError(fmt::format("model.{} = \"{}\" has '{}'; allowed letters: {}", key, pattern, ch, allowed));
     ++letters;
   }
@@ -248,11 +249,8 @@ void validate(const Config& c) {
   if (m.head_dim == 0 && m.d_model % m.n_heads != 0)
     throw InputError(fmt::format("model.d_model = {} is not divisible by model.n_heads = {}; set model.head_dim",
                                  m.d_model, m.n_heads));
-  check_layer_pattern("mixer_pattern", m.mixer_pattern, "AC", m.n_layers);
-  check_layer_pattern("ffn_pattern", m.ffn_pattern, "DM", m.n_layers);
-  if (m.ffn_pattern.find('M') != std::string::npos && m.moe_top_k > m.moe_experts)
-    throw InputError(fmt::format("model.moe_top_k = {} exceeds model.moe_experts = {}", m.moe_top_k,
-                                 m.moe_experts));
+  check_layer_pattern("mixer_pattern", m.mixer_pattern, "", m.n_layers);
+  check_layer_pattern("ffn_pattern", m.ffn_pattern, "", m.n_layers);
   check_residual_and_width(m);
   check_hidden_streams(m);
   if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
@@ -264,10 +262,6 @@ void validate(const Config& c) {
   if (c.data.seq_len > m.max_seq_len)
     throw InputError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", c.data.seq_len,
                                  m.max_seq_len));
-  const bool diffusion = c.objective.name == "uniform_diffusion" || c.objective.name == "masked_diffusion";
-  if (m.time_conditioning && !diffusion)
-    throw InputError(fmt::format("model.time_conditioning needs a diffusion objective, not objective.name = '{}'",
-                                 c.objective.name));
   if (c.diffusion.per_token_t && m.time_conditioning)
     throw InputError("diffusion.per_token_t needs model.time_conditioning = false: a time-conditioned model "
                      "takes one noise level per sequence");

@@ -24,7 +24,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
       n_heads_(config.n_heads),
       n_kv_heads_(config.n_kv_heads),
       head_dim_(resolved_head_dim(config)),
-      qkv_conv_after_norm_(config.qkv_conv_position == "after_norm") {
+      qkv_conv_after_norm_(config.qkv_conv_position == "after_norm"),
+      qkv_conv_zero_init_(config.qkv_conv_zero_init) {
   TORCH_CHECK(n_heads_ % n_kv_heads_ == 0, "n_kv_heads must divide n_heads");
   const bool qkv_bias = config.attention_bias != "none";
   const bool o_bias = config.attention_bias == "all";
@@ -40,6 +41,41 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
     const std::array<int64_t, 3> widths = {n_heads_ * head_dim_, n_kv_heads_ * head_dim_, n_kv_heads_ * head_dim_};
     qkv_conv = register_module("qkv_conv", QkvConv(widths, config.qkv_conv_kernel, layer_index));
   }
+}
+
+int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
+  const int64_t d = config.d_model, hd = resolved_head_dim(config);
+  const int64_t q_width = config.n_heads * hd, kv_width = config.n_kv_heads * hd;
+  int64_t count = 2 * d * q_width + 2 * d * kv_width;  // W_q, W_o, W_k, W_v
+  if (config.attention_bias != "none") count += q_width + 2 * kv_width;
+  if (config.attention_bias == "all") count += d;
+  if (config.qk_norm) count += 2 * hd;
+  if (config.qkv_conv) count += (q_width + 2 * kv_width) * config.qkv_conv_kernel;
+  return count;
+}
+
+ParamRole AttentionImpl::role_of(const std::string& name) const {
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
+  if (starts("q_norm.") || starts("k_norm.")) return ParamRole::norm;
+  if (starts("q_proj.") || starts("k_proj.")) return ParamRole::qk;
+  if (starts("v_proj.") || starts("o_proj.")) return ParamRole::vo;
+  if (starts("qkv_conv.")) return qkv_conv_zero_init_ ? ParamRole::zero : ParamRole::conv;
+  throw std::logic_error("attention parameter without an init role: " + name);
+}
+
+// q·kᵀ and weights·v: 2 multiply-adds per visible slot and query coordinate.
+double AttentionImpl::context_flops_per_token(double visible) const {
+  return 4.0 * visible * static_cast<double>(n_heads_ * head_dim_);
+}
+
+TokenMixerKind attention_mixer_kind() {
+  TokenMixerKind kind;
+  kind.letter = 'A';
+  kind.module_name = "attn";
+  kind.description = "grouped-query attention";
+  kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<AttentionImpl>(config, layer); };
+  kind.parameter_count = AttentionImpl::parameter_count;
+  return kind;
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionContext& context) {

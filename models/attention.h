@@ -9,18 +9,22 @@
 #include <torch/nn/pimpl.h>
 
 #include "core/config.h"
+#include "models/block_registry.h"
 #include "models/mixer_context.h"
 #include "models/qkv_conv.h"
 #include "models/rms_norm.h"
 
 namespace inkstone {
 
-class AttentionImpl : public torch::nn::Module {
+class AttentionImpl : public TokenMixer {
  public:
   // layer_index picks this layer's slot in a KV cache.
   AttentionImpl(const ModelConfig& config, int64_t layer_index);
   // u: [B, T, d] (already normed) -> [B, T, d].
-  torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context);
+  torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context) override;
+  ParamRole role_of(const std::string& name) const override;
+  double context_flops_per_token(double visible) const override;
+  static int64_t parameter_count(const ModelConfig& config);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with ModelConfig::qk_norm
@@ -32,7 +36,11 @@ class AttentionImpl : public torch::nn::Module {
   int64_t n_kv_heads_;
   int64_t head_dim_;
   bool qkv_conv_after_norm_;
+  bool qkv_conv_zero_init_;
 };
 TORCH_MODULE(Attention);
+
+// Registry entry 'A' (models/block_registry.h).
+TokenMixerKind attention_mixer_kind();
 
 }  // namespace inkstone

@@ -2,27 +2,33 @@
 
 #include <torch/torch.h>
 
-#include "models/layer_pattern.h"
-#include "models/model_dims.h"
+#include "models/block_registry.h"
 
 namespace inkstone {
 
 BlockImpl::BlockImpl(const ModelConfig& config, int64_t layer_index) {
   attn_norm = register_module("attn_norm", RMSNorm(config.d_model, config.norm_eps));
-  if (mixer_kind(config, layer_index) == MixerKind::short_conv) {
-    conv = register_module("conv", ShortConv(config, layer_index));
-  } else {
-    attn = register_module("attn", Attention(config, layer_index));
-  }
+  const TokenMixerKind& mixer_kind = token_mixer_of(config, layer_index);
+  mixer_name_ = mixer_kind.module_name;
+  mixer = register_module(mixer_name_, mixer_kind.make(config, layer_index));
   mlp_norm = register_module("mlp_norm", RMSNorm(config.d_model, config.norm_eps));
-  if (ffn_kind(config, layer_index) == FfnKind::moe) {
-    moe = register_module("moe", MoE(config, layer_index));
-  } else {
-    mlp = register_module("mlp", SwiGLU(config.d_model, resolved_ffn_dim(config)));
-  }
+  const FeedForwardKind& ffn_kind = feed_forward_of(config, layer_index);
+  ffn_name_ = ffn_kind.module_name;
+  ffn = register_module(ffn_name_, ffn_kind.make(config, layer_index));
   if (config.time_conditioning) {
     adaln = register_module("adaln", AdaLN(config.cond_dim, config.d_model, /*num_sublayers=*/2, /*with_gate=*/true));
   }
+}
+
+ParamRole BlockImpl::role_of(const std::string& name) const {
+  const auto inside = [&](const std::string& module) {
+    return name.size() > module.size() && name.compare(0, module.size() + 1, module + ".") == 0;
+  };
+  if (inside("attn_norm") || inside("mlp_norm")) return ParamRole::norm;
+  if (inside("adaln")) return ParamRole::zero;  // adaLN-Zero: the block starts as the identity
+  if (inside(mixer_name_)) return mixer->role_of(name.substr(mixer_name_.size() + 1));
+  if (inside(ffn_name_)) return ffn->role_of(name.substr(ffn_name_.size() + 1));
+  throw std::logic_error("block parameter without an init role: " + name);
 }
 
 std::vector<Modulation> BlockImpl::modulations(const torch::Tensor& cond) {
@@ -33,12 +39,12 @@ std::vector<Modulation> BlockImpl::modulations(const torch::Tensor& cond) {
 
 torch::Tensor BlockImpl::mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m) {
   const auto u = modulate(attn_norm(x), m);
-  return gate(conv.is_empty() ? attn(u, context) : conv(u, context), m);
+  return gate(mixer->forward(u, context), m);
 }
 
 torch::Tensor BlockImpl::ffn_branch(const torch::Tensor& h, const Modulation& m) {
   const auto u = modulate(mlp_norm(h), m);
-  return gate(moe.is_empty() ? mlp(u) : moe(u), m);
+  return gate(ffn->forward(u), m);
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const AttentionContext& context,

@@ -1,19 +1,16 @@
 // One pre-norm transformer block (Qwen3; docs/backbones.md, "Base block"):
-//   h = x + Attn(RMSNorm₁(x)),  y = h + SwiGLU(RMSNorm₂(h)),
+//   h = x + Mixer(RMSNorm₁(x)),  y = h + FeedForward(RMSNorm₂(h)),
 // and, given a conditioning vector c, each branch modulated by adaLN-Zero (modulation.h). The layer patterns
-// (layer_pattern.h) swap the mixer for a gated short conv (LFM2; docs/backbones.md, "Gated short convolution") and
-// the SwiGLU for a mixture of experts ("Mixture of experts").
+// (layer_pattern.h) pick each layer's mixer (attention, gated short conv, ...) and feed-forward (SwiGLU, MoE, ...)
+// from the registry (block_registry.h; docs/backbones.md, "Blocks and the registry").
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
 #include "core/config.h"
-#include "models/attention.h"
-#include "models/mlp.h"
+#include "models/block_parts.h"
 #include "models/modulation.h"
-#include "models/moe.h"
 #include "models/rms_norm.h"
-#include "models/short_conv.h"
 
 namespace inkstone {
 
@@ -30,13 +27,18 @@ class BlockImpl : public torch::nn::Module {
   torch::Tensor mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m);
   torch::Tensor ffn_branch(const torch::Tensor& h, const Modulation& m);
 
+  // The init role of the parameter `name` (as named inside the block; biases are zero before this is asked).
+  ParamRole role_of(const std::string& name) const;
+
   RMSNorm attn_norm{nullptr};  // the mixer's norm, whichever the mixer
-  Attention attn{nullptr};     // mixer: exactly one of attn, conv
-  ShortConv conv{nullptr};
+  std::shared_ptr<TokenMixer> mixer;  // registered under its kind's module name (attn, conv, ...)
   RMSNorm mlp_norm{nullptr};
-  SwiGLU mlp{nullptr};         // feed-forward: exactly one of mlp, moe
-  MoE moe{nullptr};
+  std::shared_ptr<FeedForward> ffn;   // likewise (mlp, moe, ...)
   AdaLN adaln{nullptr};  // only with ModelConfig::time_conditioning
+
+ private:
+  std::string mixer_name_;
+  std::string ffn_name_;
 };
 TORCH_MODULE(Block);
 

@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "models/block.h"
+#include "models/block_registry.h"
 #include "models/layer_pattern.h"
 #include "models/model_dims.h"
 #include "models/rope.h"
@@ -40,10 +41,16 @@ void use_stream_local_masks(std::vector<AttentionContext>& contexts, const Model
   }
 }
 
+// `config` once its layer patterns name registered parts (InputError naming the key otherwise).
+const ModelConfig& with_registered_parts(const ModelConfig& config) {
+  check_block_patterns(config);
+  return config;
+}
+
 }  // namespace
 
 LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_size, int64_t token_count)
-    : config_(config),
+    : config_(with_registered_parts(config)),
       vocab_size_(vocab_size),
       token_count_(token_count > 0 ? token_count : vocab_size),
       widths_(inkstone::layer_widths(config)), streams_(config) {
@@ -86,24 +93,21 @@ void LanguageModelImpl::scale_init_to_layer_widths() {
   }
 }
 
-// Roles follow the module names, so a new parameter must be given its role here before the model builds.
+// A block's parameters get their roles from the block, which asks its parts (models/block_parts.h).
 ParamRole LanguageModelImpl::role_of(const std::string& name) const {
-  const auto has = [&](const char* part) { return name.find(part) != std::string::npos; };
+  const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
   const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
-  if (is_bias || has("adaln")) return ParamRole::zero;
+  if (is_bias || starts("final_adaln.")) return ParamRole::zero;
+  if (starts("blocks.")) {
+    const size_t dot = name.find('.', 7);
+    const auto layer = std::stoll(name.substr(7, dot - 7));
+    return blocks->at<BlockImpl>(layer).role_of(name.substr(dot + 1));
+  }
   // Routing queries, null sources and gates start at 0 (uniform depth mean; delta: the plain residual).
-  if (name.rfind("routing.", 0) == 0) return has("key_norm") ? ParamRole::norm : ParamRole::zero;
-  if (has("norm")) return ParamRole::norm;
-  if (has("time_embed.")) return ParamRole::conditioning;
-  if (has("q_proj") || has("k_proj")) return ParamRole::qk;
-  if (has("v_proj") || has("o_proj")) return ParamRole::vo;
-  if (has("gate_proj") || has("up_proj") || has("down_proj")) return ParamRole::mlp;
-  if (has("qkv_conv.")) return config_.qkv_conv_zero_init ? ParamRole::zero : ParamRole::conv;
-  if (has("conv.conv_weight")) return ParamRole::conv;
-  if (has("conv.in_proj") || has("conv.out_proj")) return ParamRole::vo;  // the short conv's gates and value
-  if (has("moe.router")) return ParamRole::mlp;
-  if (has("moe.selection_bias")) return ParamRole::zero;
-  if (name == "embed.weight" || name.rfind("stream_embeds.", 0) == 0) return ParamRole::embedding;
+  if (starts("routing.")) return name.find("key_norm") != std::string::npos ? ParamRole::norm : ParamRole::zero;
+  if (starts("final_norm.")) return ParamRole::norm;
+  if (starts("time_embed.")) return ParamRole::conditioning;
+  if (name == "embed.weight" || starts("stream_embeds.")) return ParamRole::embedding;
   // adaLN-Zero's final layer starts at logits = 0 (DiT), which only an untied head can do.
   if (name == "head.weight") return config_.time_conditioning ? ParamRole::zero : ParamRole::head;
   throw std::logic_error("parameter without an init role: " + name);
@@ -223,11 +227,9 @@ double LanguageModelImpl::forward_flops_per_token(int64_t context) const {
   }
   // q·k and weights·v over the visible slots: n per token across streams, one per token within a stream. (A short
   // conv's taps are weight matrices above.)
-  const double attention_width = static_cast<double>(config_.n_heads) * resolved_head_dim(config_);
   for (int64_t i = 0; i < config_.n_layers; ++i) {
-    if (mixer_kind(config_, i) != MixerKind::attention) continue;
     const double visible = stream_scope(config_, i) == StreamScope::mixing ? n * context : context;
-    per_slot += 4.0 * visible * attention_width * widths_[i] / config_.d_model;
+    per_slot += blocks->at<BlockImpl>(i).mixer->context_flops_per_token(visible);
   }
   // Site i of a routed model normalises, scores and sums up to i + 1 sources of width d (about 6 flops each).
   if (!routing.is_empty()) {

@@ -16,16 +16,6 @@ std::string expand_layer_pattern(const std::string& pattern, int64_t n_layers) {
   return layers;
 }
 
-MixerKind mixer_kind(const ModelConfig& config, int64_t layer) {
-  return expand_layer_pattern(config.mixer_pattern, config.n_layers).at(layer) == 'C' ? MixerKind::short_conv
-                                                                                       : MixerKind::attention;
-}
-
-FfnKind ffn_kind(const ModelConfig& config, int64_t layer) {
-  return expand_layer_pattern(config.ffn_pattern, config.n_layers).at(layer) == 'M' ? FfnKind::moe
-                                                                                    : FfnKind::dense;
-}
-
 StreamScope stream_scope(const ModelConfig& config, int64_t layer) {
   if (config.hidden_streams == 1) return StreamScope::mixing;  // the pattern is only checked for n > 1
   return expand_layer_pattern(config.hidden_attention, config.n_layers).at(layer) == 'L' ? StreamScope::local

@@ -12,15 +12,12 @@
 
 namespace inkstone {
 
-enum class MixerKind { attention, short_conv };  // A, C
-enum class FfnKind { dense, moe };               // D, M
-enum class StreamScope { local, mixing };        // L, X: hidden decoding's attention (hidden_streams.h)
+enum class StreamScope { local, mixing };  // L, X: hidden decoding's attention (hidden_streams.h)
 
-// The letter of each layer; the pattern is validated with the config (core/config.cpp).
+// The letter of each layer. The config checks that a pattern tiles the layers (core/config.cpp); the block
+// registry, that its letters name registered parts (models/block_registry.h).
 std::string expand_layer_pattern(const std::string& pattern, int64_t n_layers);
 
-MixerKind mixer_kind(const ModelConfig& config, int64_t layer);
-FfnKind ffn_kind(const ModelConfig& config, int64_t layer);
 StreamScope stream_scope(const ModelConfig& config, int64_t layer);
 
 }  // namespace inkstone

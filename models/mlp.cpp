@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "models/model_dims.h"
+
 namespace inkstone {
 
 SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t ffn_dim) {
@@ -9,6 +11,18 @@ SwiGLUImpl::SwiGLUImpl(int64_t d_model, int64_t ffn_dim) {
   gate_proj = register_module("gate_proj", torch::nn::Linear(no_bias(d_model, ffn_dim)));
   up_proj = register_module("up_proj", torch::nn::Linear(no_bias(d_model, ffn_dim)));
   down_proj = register_module("down_proj", torch::nn::Linear(no_bias(ffn_dim, d_model)));
+}
+
+FeedForwardKind swiglu_feed_forward_kind() {
+  FeedForwardKind kind;
+  kind.letter = 'D';
+  kind.module_name = "mlp";
+  kind.description = "dense SwiGLU";
+  kind.make = [](const ModelConfig& config, int64_t) {
+    return std::make_shared<SwiGLUImpl>(config.d_model, resolved_ffn_dim(config));
+  };
+  kind.parameter_count = [](const ModelConfig& config) { return 3 * config.d_model * resolved_ffn_dim(config); };
+  return kind;
 }
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& u) {

@@ -4,15 +4,21 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
+#include "models/block_registry.h"
+
 namespace inkstone {
 
-class SwiGLUImpl : public torch::nn::Module {
+class SwiGLUImpl : public FeedForward {
  public:
   SwiGLUImpl(int64_t d_model, int64_t ffn_dim);
-  torch::Tensor forward(const torch::Tensor& u);
+  torch::Tensor forward(const torch::Tensor& u) override;
+  ParamRole role_of(const std::string&) const override { return ParamRole::mlp; }
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };
 TORCH_MODULE(SwiGLU);
+
+// Registry entry 'D', the dense feed-forward (models/block_registry.h).
+FeedForwardKind swiglu_feed_forward_kind();
 
 }  // namespace inkstone

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "core/errors.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -30,6 +31,34 @@ MoEImpl::MoEImpl(const ModelConfig& config, int64_t layer_index)
     shared = register_module("shared", SwiGLU(d, config.moe_shared_experts * width));
   }
   load_since_update_ = torch::zeros({num_experts_}, torch::kFloat);
+}
+
+int64_t MoEImpl::parameter_count(const ModelConfig& config) {
+  const int64_t d = config.d_model;
+  const int64_t expert = 3 * d * (config.moe_expert_ffn_dim > 0 ? config.moe_expert_ffn_dim : resolved_ffn_dim(config));
+  // router, selection bias, routed and shared experts (the shared ones as one wider SwiGLU)
+  return d * config.moe_experts + config.moe_experts + (config.moe_experts + config.moe_shared_experts) * expert;
+}
+
+ParamRole MoEImpl::role_of(const std::string& name) const {
+  if (name == "selection_bias") return ParamRole::zero;
+  return ParamRole::mlp;  // the router and every expert's matrices
+}
+
+FeedForwardKind moe_feed_forward_kind() {
+  FeedForwardKind kind;
+  kind.letter = 'M';
+  kind.module_name = "moe";
+  kind.description = "mixture of experts";
+  kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<MoEImpl>(config, layer); };
+  kind.parameter_count = MoEImpl::parameter_count;
+  kind.check = [](const ModelConfig& config) {
+    if (config.moe_top_k > config.moe_experts)
+      throw InputError(fmt::format("model.moe_top_k = {} exceeds model.moe_experts = {}", config.moe_top_k,
+                                   config.moe_experts));
+  };
+  kind.graph_decode_obstacle = "MoE layers";  // buffers sized from the routing
+  return kind;
 }
 
 Routing MoEImpl::route(const torch::Tensor& x) const {

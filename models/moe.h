@@ -16,6 +16,7 @@
 
 #include "core/config.h"
 #include "models/auxiliary.h"
+#include "models/block_registry.h"
 #include "models/mlp.h"
 
 namespace inkstone {
@@ -27,12 +28,14 @@ struct Routing {
   torch::Tensor weights;  // [N, k], summing to route_scale
 };
 
-class MoEImpl : public torch::nn::Module, public AuxiliarySource {
+class MoEImpl : public FeedForward, public AuxiliarySource {
  public:
   // layer_index names this layer's load metrics.
   MoEImpl(const ModelConfig& config, int64_t layer_index);
   // u: [B, T, d] (already normed) -> [B, T, d].
-  torch::Tensor forward(const torch::Tensor& u);
+  torch::Tensor forward(const torch::Tensor& u) override;
+  ParamRole role_of(const std::string& name) const override;
+  static int64_t parameter_count(const ModelConfig& config);
   // x: [N, d].
   Routing route(const torch::Tensor& x) const;
 
@@ -66,6 +69,9 @@ class MoEImpl : public torch::nn::Module, public AuxiliarySource {
   torch::Tensor load_since_update_;  // [E] assignments counted since the last optimizer step
 };
 TORCH_MODULE(MoE);
+
+// Registry entry 'M' (models/block_registry.h).
+FeedForwardKind moe_feed_forward_kind();
 
 // Parameters a token does not use: the unselected routed experts of every MoE layer in `model`. Active
 // parameters = total − this.

@@ -17,6 +17,28 @@ ShortConvImpl::ShortConvImpl(const ModelConfig& config, int64_t layer_index) : l
   out_proj = register_module("out_proj", torch::nn::Linear(torch::nn::LinearOptions(d, d).bias(false)));
 }
 
+int64_t ShortConvImpl::parameter_count(const ModelConfig& config) {
+  const int64_t d = config.d_model;
+  return 3 * d * d + d * config.conv_kernel + d * d;  // B, C, x̃ projections, depthwise taps, W_out
+}
+
+ParamRole ShortConvImpl::role_of(const std::string& name) const {
+  if (name == "conv_weight") return ParamRole::conv;
+  if (name.rfind("in_proj.", 0) == 0 || name.rfind("out_proj.", 0) == 0) return ParamRole::vo;  // gates and value
+  throw std::logic_error("short conv parameter without an init role: " + name);
+}
+
+TokenMixerKind short_conv_mixer_kind() {
+  TokenMixerKind kind;
+  kind.letter = 'C';
+  kind.module_name = "conv";
+  kind.description = "gated short convolution";
+  kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<ShortConvImpl>(config, layer); };
+  kind.parameter_count = ShortConvImpl::parameter_count;
+  kind.graph_decode_obstacle = "short convolutions";  // the decode step re-creates its state
+  return kind;
+}
+
 torch::Tensor ShortConvImpl::forward(const torch::Tensor& u, const AttentionContext& context) {
   const auto bcx = in_proj(u).chunk(3, -1);
   const auto& input_gate = bcx[0];

@@ -9,16 +9,19 @@
 #include <torch/nn/pimpl.h>
 
 #include "core/config.h"
+#include "models/block_registry.h"
 #include "models/mixer_context.h"
 
 namespace inkstone {
 
-class ShortConvImpl : public torch::nn::Module {
+class ShortConvImpl : public TokenMixer {
  public:
   // layer_index picks this layer's slot in a KV cache.
   ShortConvImpl(const ModelConfig& config, int64_t layer_index);
   // u: [B, T, d] (already normed) -> [B, T, d].
-  torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context);
+  torch::Tensor forward(const torch::Tensor& u, const AttentionContext& context) override;
+  ParamRole role_of(const std::string& name) const override;
+  static int64_t parameter_count(const ModelConfig& config);
 
   torch::nn::Linear in_proj{nullptr};   // d -> 3d: B, C, x̃
   torch::Tensor conv_weight;            // [d, k]
@@ -28,5 +31,8 @@ class ShortConvImpl : public torch::nn::Module {
   int64_t layer_index_;
 };
 TORCH_MODULE(ShortConv);
+
+// Registry entry 'C' (models/block_registry.h).
+TokenMixerKind short_conv_mixer_kind();
 
 }  // namespace inkstone

@@ -6,7 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
-#include "models/layer_pattern.h"
+#include "models/block_registry.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -46,24 +46,10 @@ ModelConfig layer_config(const ModelConfig& config, int64_t width) {
 }
 
 int64_t block_parameter_count(const ModelConfig& c, int64_t layer) {
-  const int64_t d = c.d_model, hd = resolved_head_dim(c), ffn = resolved_ffn_dim(c);
-  int64_t mixer = 0;
-  if (mixer_kind(c, layer) == MixerKind::attention) {
-    const int64_t qkv_width = (c.n_heads + 2 * c.n_kv_heads) * hd;
-    mixer = 2 * d * c.n_heads * hd + 2 * d * c.n_kv_heads * hd + 2 * hd;  // W_q, W_o, W_k, W_v, QK-norms
-    if (c.qkv_conv) mixer += qkv_width * c.qkv_conv_kernel;
-  } else {
-    mixer = 3 * d * d + d * c.conv_kernel + d * d;  // B, C, x̃ projections, depthwise taps, W_out
-  }
-  int64_t ffn_params = 3 * d * ffn;
-  if (ffn_kind(c, layer) == FfnKind::moe) {
-    // router, selection bias, routed and shared experts (the shared ones as one wider SwiGLU)
-    const int64_t expert = 3 * d * (c.moe_expert_ffn_dim > 0 ? c.moe_expert_ffn_dim : ffn);
-    ffn_params = d * c.moe_experts + c.moe_experts + (c.moe_experts + c.moe_shared_experts) * expert;
-  }
+  const int64_t d = c.d_model;
   const int64_t norms = 2 * d;
   const int64_t adaln = c.time_conditioning ? 6 * d * (c.cond_dim + 1) : 0;  // shift, scale, gate per branch
-  return mixer + ffn_params + norms + adaln;
+  return token_mixer_of(c, layer).parameter_count(c) + feed_forward_of(c, layer).parameter_count(c) + norms + adaln;
 }
 
 int64_t width_dependent_parameter_count(const ModelConfig& config, const std::vector<int64_t>& widths) {

@@ -25,7 +25,7 @@ int64_t resolved_bottleneck_layer(const ModelConfig& config);
 // d_model scaled by w / d_model.
 ModelConfig layer_config(const ModelConfig& config, int64_t width);
 
-// Parameters of block `layer` (attention or short conv, SwiGLU or MoE, norms, adaLN) as built from `layer_config`.
+// Parameters of block `layer` (its registered mixer and feed-forward, norms, adaLN) as built from `layer_config`.
 int64_t block_parameter_count(const ModelConfig& layer_config, int64_t layer);
 
 // Parameters that depend on the widths: every block plus the final norm (embedding and head stay at d_model).

@@ -13,6 +13,9 @@
 
 namespace inkstone {
 
+// What a corrupted token becomes: a uniform draw from the noise support, or the absorbing mask token.
+enum class DiffusionNoise { uniform, masked };
+
 // The training loss is ℓ·w(t) (docs/diffusion.md, "Training weights"). On the integrand of "Log-SNR form" the
 // ELBO puts the weight |dλ/dt|; `snr` replaces it by 1 (GIDD's SNR weighting), and max_weight > 0 clips whichever
 // of the two is chosen, so w = min(weight, max_weight) / |dλ/dt|.
@@ -31,6 +34,8 @@ class DiffusionObjective : public Objective {
   DiffusionObjective(const Config& config, const Tokenizer& tokenizer);
   ObjectiveNeeds needs() const override;
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
+  // The forward process's kind, which a sampler inverts.
+  virtual DiffusionNoise noise() const = 0;
   // NELBO per token over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
   // run.seed. perplexity and bits_per_byte are upper bounds (docs/diffusion.md, "Evaluation").
   std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;

@@ -16,6 +16,7 @@ class MaskedDiffusionObjective : public DiffusionObjective {
   // InputError when the tokenizer has no mask token.
   MaskedDiffusionObjective(const Config& config, const Tokenizer& tokenizer);
   std::string name() const override { return "masked_diffusion"; }
+  DiffusionNoise noise() const override { return DiffusionNoise::masked; }
 
  protected:
   // The mask token (docs/diffusion.md, "Masked noise").

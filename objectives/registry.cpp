@@ -53,6 +53,10 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer&
   auto objective = entry.make(config, tokenizer);
   if (objective->needs().consumes != entry.consumes)
     throw std::logic_error("objective '" + config.objective.name + "' is registered with the wrong batch kind");
+  if (config.model.time_conditioning && !objective->needs().time_input)
+    throw InputError(fmt::format("model.time_conditioning needs an objective that feeds the noise level (a diffusion "
+                                 "objective), not objective.name = '{}'",
+                                 config.objective.name));
   return objective;
 }
 

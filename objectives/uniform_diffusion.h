@@ -29,6 +29,7 @@ class UniformDiffusionObjective : public DiffusionObjective {
  public:
   using DiffusionObjective::DiffusionObjective;
   std::string name() const override { return "uniform_diffusion"; }
+  DiffusionNoise noise() const override { return DiffusionNoise::uniform; }
 
  protected:
   // A uniform draw from the support, which may return x itself (docs/diffusion.md, "Uniform noise").

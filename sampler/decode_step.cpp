@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "models/block_registry.h"
+
 #ifdef INKSTONE_CUDA
 #include <ATen/cuda/CUDAGraph.h>
 #include <c10/cuda/CUDAGuard.h>
@@ -11,9 +13,12 @@
 namespace inkstone {
 
 std::string graph_decode_obstacle(const ModelConfig& config) {
-  if (config.mixer_pattern.find_first_not_of('A') != std::string::npos)
-    return "model.mixer_pattern has short convolutions";
-  if (config.ffn_pattern.find_first_not_of('D') != std::string::npos) return "model.ffn_pattern has MoE layers";
+  for (int64_t layer = 0; layer < config.n_layers; ++layer) {
+    const auto& mixer = token_mixer_of(config, layer).graph_decode_obstacle;
+    if (!mixer.empty()) return "model.mixer_pattern has " + mixer;
+    const auto& ffn = feed_forward_of(config, layer).graph_decode_obstacle;
+    if (!ffn.empty()) return "model.ffn_pattern has " + ffn;
+  }
   if (config.qkv_conv) return "model.qkv_conv is on";
   if (config.residual != "plain") return "model.residual is " + config.residual;
   if (config.width_profile != "uniform") return "model.width_profile is " + config.width_profile;

@@ -57,14 +57,11 @@ void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor&
 }  // namespace
 
 DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab) {
+  const auto objective = make_objective(config, tokenizer);
+  const auto* diffusion = dynamic_cast<const DiffusionObjective*>(objective.get());
+  if (!diffusion) throw InputError(fmt::format("objective '{}' has no diffusion sampler", config.objective.name));
   DiffusionProcess process;
-  if (config.objective.name == "uniform_diffusion") {
-    process.noise = DiffusionNoise::uniform;
-  } else if (config.objective.name == "masked_diffusion") {
-    process.noise = DiffusionNoise::masked;
-  } else {
-    throw InputError(fmt::format("objective '{}' has no diffusion sampler", config.objective.name));
-  }
+  process.noise = diffusion->noise();
   process.schedule = make_noise_schedule(config.diffusion);
   process.support = std::make_shared<NoiseSupport>(tokenizer, model_vocab, config.diffusion.noise_specials);
   process.mask_id = tokenizer.specials().mask;

@@ -12,13 +12,12 @@
 #include "core/config.h"
 #include "core/tokenizer.h"
 #include "models/language_model.h"
+#include "objectives/diffusion_objective.h"
 #include "objectives/noise_schedule.h"
 #include "objectives/noise_support.h"
 #include "sampler/sampling.h"
 
 namespace inkstone {
-
-enum class DiffusionNoise { uniform, masked };
 
 // The forward process a model was trained with: what the sampler inverts.
 struct DiffusionProcess {
@@ -29,7 +28,8 @@ struct DiffusionProcess {
   bool time_conditioned = false;                // the denoiser reads σ_t, so x̂ cannot be reused across steps
 };
 
-// The process of a run trained with objective uniform_diffusion or masked_diffusion; InputError otherwise.
+// The process the run's objective trains with (a DiffusionObjective says its noise); InputError for an objective
+// that is not a diffusion objective.
 DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab);
 
 // Logits [B, L, V] for noisy tokens z [B, L] at noise level σ = −log α_t ([B]).

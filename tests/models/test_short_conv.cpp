@@ -6,6 +6,7 @@
 
 #include "core/config.h"
 #include "models/block.h"
+#include "models/block_registry.h"
 #include "models/depthwise_conv.h"
 #include "models/language_model.h"
 #include "models/layer_pattern.h"
@@ -105,7 +106,7 @@ TEST(ShortConv, EighteenBlockPatternAndParameterCount) {
   c.n_layers = 18;
   int64_t attention = 0;
   for (int64_t i = 0; i < 18; ++i) {
-    const bool is_attention = mixer_kind(c, i) == MixerKind::attention;
+    const bool is_attention = token_mixer_of(c, i).module_name == "attn";
     EXPECT_EQ(is_attention, i % 3 == 2) << "layer " << i;
     attention += is_attention;
   }
@@ -119,7 +120,8 @@ TEST(ShortConv, EighteenBlockPatternAndParameterCount) {
 
 TEST(ShortConv, PatternErrorsNameTheKey) {
   const auto error = [](const std::string& line) {
-    return testing::input_error_of([&] { config_from_string("[model]\nn_layers = 4\n" + line, "zoo.toml"); });
+    return testing::input_error_of(
+        [&] { check_block_patterns(config_from_string("[model]\nn_layers = 4\n" + line, "zoo.toml").model); });
   };
   EXPECT_NE(error("mixer_pattern = \"AX\"").find("model.mixer_pattern"), std::string::npos);
   EXPECT_NE(error("mixer_pattern = \"CCA\"").find("must divide model.n_layers = 4"), std::string::npos);

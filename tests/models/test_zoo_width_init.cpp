@@ -8,6 +8,7 @@
 #include "models/block.h"
 #include "models/init.h"
 #include "models/language_model.h"
+#include "models/mlp.h"
 #include "models/width_profile.h"
 #include "tests/fixtures.h"
 #include "tests/models/decode_fixtures.h"
@@ -151,7 +152,7 @@ TEST(ZooWidth, NarrowLayersGetLargerInitUnderFixedSigma) {
   auto model = build_language_model(c, 11);
   const auto& widths = model->layer_widths();
   for (size_t i = 0; i < widths.size(); ++i) {
-    const auto& w = model->blocks[i]->as<BlockImpl>()->mlp->up_proj->weight;
+    const auto& w = std::dynamic_pointer_cast<SwiGLUImpl>(model->blocks[i]->as<BlockImpl>()->ffn)->up_proj->weight;
     const double expected = 0.02 * std::sqrt(256.0 / static_cast<double>(widths[i]));
     EXPECT_NEAR(w.std().item<double>() / expected, 1.0, 0.03) << "layer " << i << " width " << widths[i];
   }

@@ -1,0 +1,41 @@
+// The registered block parts, by their letter in model.mixer_pattern / model.ffn_pattern (models/layer_pattern.h).
+// A part's own file defines its registry entry; models/block_registry.cpp lists the entries, one line each.
+#pragma once
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/config.h"
+#include "models/block_parts.h"
+
+namespace inkstone {
+
+template <typename Part>
+struct BlockPartKind {
+  char letter;               // in the layer pattern
+  std::string module_name;   // the part's name inside a block: its parameters' prefix in checkpoints
+  std::string description;   // for error messages
+  // The part of layer `layer`, built at the widths of `config` (a layer's own config under x-shaped widths).
+  std::function<std::shared_ptr<Part>(const ModelConfig& config, int64_t layer)> make;
+  // Its parameter count as `make` would build it, without building it (the width solver searches many widths).
+  std::function<int64_t(const ModelConfig& config)> parameter_count;
+  // InputError for settings the part cannot be built with; may be empty.
+  std::function<void(const ModelConfig& config)> check;
+  // Why a captured CUDA graph cannot replay its decode step (sampler/decode_step.h); empty: it can.
+  std::string graph_decode_obstacle;
+};
+using TokenMixerKind = BlockPartKind<TokenMixer>;
+using FeedForwardKind = BlockPartKind<FeedForward>;
+
+const std::vector<TokenMixerKind>& token_mixer_kinds();
+const std::vector<FeedForwardKind>& feed_forward_kinds();
+
+// The parts of layer `layer`: its letter of the tiled pattern, looked up in the registry.
+const TokenMixerKind& token_mixer_of(const ModelConfig& config, int64_t layer);
+const FeedForwardKind& feed_forward_of(const ModelConfig& config, int64_t layer);
+
+// InputError naming the key for a pattern letter no part is registered under, or a part's own refusal.
+void check_block_patterns(const ModelConfig& config);
+
+}  // namespace inkstone
