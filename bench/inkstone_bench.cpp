@@ -17,15 +17,13 @@
 #include <torch/torch.h>
 
 #include "bench/kernel_times.h"
-#include "core/byte_tokenizer.h"
-#include "core/data_prepare.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/safetensors.h"
 #include "core/errors.h"
-#include "core/module_weights.h"
 #include "core/platform.h"
-#include "core/prompt_format.h"
-#include "core/safetensors.h"
-#include "train/session.h"
-#include "train/window_source.h"
+#include "dataset/byte_tokenizer.h"
+#include "dataset/data_prepare.h"
+#include "dataset/prompt_format.h"
 #include "models/model_dims.h"
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
@@ -34,6 +32,8 @@
 #include "sampler/kernels/diffusion_step.h"
 #include "sampler/rollout.h"
 #include "tools/run_setup.h"
+#include "train/session.h"
+#include "train/window_source.h"
 
 namespace fs = std::filesystem;
 using namespace inkstone;

@@ -62,7 +62,7 @@ class CudaAutocastScope {
 
 // The key of a parameter in torch::optim::Optimizer::state(): 1.13 keys by the TensorImpl pointer printed as
 // text (what c10::guts::to_string streams), later releases by the pointer itself. Chosen by the map's key type,
-// so no release number has to be guessed; tests/core/test_checkpoint.cpp checks it against a real step().
+// so no release number has to be guessed; tests/checkpoint/test_checkpoint.cpp checks it against a real step().
 using OptimizerStateKey =
     std::decay_t<decltype(std::declval<torch::optim::Optimizer&>().state())>::key_type;
 

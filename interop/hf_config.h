@@ -7,7 +7,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
-#include "core/config.h"
+#include "config/config.h"
 
 namespace inkstone {
 

@@ -6,7 +6,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/prompt_format.h"
+#include "dataset/prompt_format.h"
 
 namespace inkstone {
 namespace {

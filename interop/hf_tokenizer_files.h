@@ -6,8 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/config.h"
-#include "core/tokenizer.h"
+#include "config/config.h"
+#include "dataset/tokenizer.h"
 
 namespace inkstone {
 

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
+#include "config/config.h"
 
 namespace inkstone {
 

@@ -7,7 +7,7 @@
 #include <torch/nn/module.h>
 #include <torch/nn/pimpl.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/block_parts.h"
 #include "models/modulation.h"
 #include "models/rms_norm.h"

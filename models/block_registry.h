@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/block_parts.h"
 
 namespace inkstone {

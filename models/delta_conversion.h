@@ -5,8 +5,8 @@
 #include <cstdint>
 #include <string>
 
-#include "core/config.h"
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
+#include "config/config.h"
 #include "models/language_model.h"
 
 namespace inkstone {

@@ -9,7 +9,7 @@
 
 #include <torch/types.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/attention_mask.h"
 
 namespace inkstone {

@@ -32,8 +32,10 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
   auto& keys = keys_.at(layer);
   auto& values = values_.at(layer);
   if (!keys.defined()) {
-    keys = torch::empty({batch_size_, k.size(1), capacity_, k.size(3)}, k.options());
-    values = torch::empty({batch_size_, v.size(1), capacity_, v.size(3)}, v.options());
+    // Zeros, not empty: a fixed-window step reads every slot, masked ones too, and a masked slot holding NaN
+    // garbage would turn its zero attention weight into NaN (0 · NaN).
+    keys = torch::zeros({batch_size_, k.size(1), capacity_, k.size(3)}, k.options());
+    values = torch::zeros({batch_size_, v.size(1), capacity_, v.size(3)}, v.options());
   }
   const int64_t end = length_ + k.size(2);
   keys.slice(2, length_, end).copy_(k);

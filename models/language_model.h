@@ -14,7 +14,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/attention_mask.h"
 #include "models/hidden_streams.h"
 #include "models/init.h"

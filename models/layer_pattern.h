@@ -8,13 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
+#include "config/config.h"
 
 namespace inkstone {
 
 enum class StreamScope { local, mixing };  // L, X: hidden decoding's attention (hidden_streams.h)
 
-// The letter of each layer. The config checks that a pattern tiles the layers (core/config.cpp); the block
+// The letter of each layer. The config checks that a pattern tiles the layers (config/config.cpp); the block
 // registry, that its letters name registered parts (models/block_registry.h).
 std::string expand_layer_pattern(const std::string& pattern, int64_t n_layers);
 

@@ -2,7 +2,7 @@
 #pragma once
 #include <cstdint>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/rope.h"
 
 namespace inkstone {

@@ -16,7 +16,7 @@
 #include <torch/nn/modules/container/modulelist.h>
 #include <torch/nn/pimpl.h>
 
-#include "core/config.h"
+#include "config/config.h"
 
 namespace inkstone {
 

@@ -8,7 +8,7 @@
 #include <torch/nn/modules/linear.h>
 #include <torch/nn/pimpl.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/block_registry.h"
 #include "models/mixer_context.h"
 

@@ -8,7 +8,7 @@
 
 #include <torch/types.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/residual_routing.h"
 
 namespace inkstone {

@@ -5,7 +5,7 @@
 
 #include <torch/types.h>
 
-#include "core/config.h"
+#include "config/config.h"
 
 namespace inkstone {
 

@@ -7,9 +7,9 @@
 
 #include <torch/types.h>
 
+#include "config/config.h"
 #include "core/batch.h"
-#include "core/config.h"
-#include "core/tokenizer.h"
+#include "dataset/tokenizer.h"
 #include "models/language_model.h"
 
 namespace inkstone {

@@ -42,7 +42,11 @@ const std::map<std::string, Registered>& registry() {
 
 const Registered& registered(const std::string& name) {
   auto it = registry().find(name);
-  if (it == registry().end()) throw InputError(fmt::format("unknown objective '{}'", name));
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& [registered_name, entry] : registry()) known += (known.empty() ? "" : ", ") + registered_name;
+    throw InputError(fmt::format("objective.name = '{}' is not a registered objective ({})", name, known));
+  }
   return it->second;
 }
 

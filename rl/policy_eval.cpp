@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <set>
 
-#include "core/prompt_format.h"
+#include "dataset/prompt_format.h"
 
 namespace inkstone {
 

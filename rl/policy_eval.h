@@ -6,8 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/tokenizer.h"
+#include "config/config.h"
+#include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "rl/task.h"
 #include "sampler/rollout.h"
@@ -23,7 +23,7 @@ struct PolicyEvalOptions {
   int64_t first_problem = 0;
   int64_t prompts_per_batch = 16;
   RolloutOptions rollout;         // group_size is the k samples per problem; end_ids come from `chat`
-  ChatConfig chat;                // how problems are rendered (core/prompt_format.h)
+  ChatConfig chat;                // how problems are rendered (dataset/prompt_format.h)
 };
 
 // pass@1, pass@k for k = 2, 4, ... up to the sample count, mean distinct correct answers and distinct

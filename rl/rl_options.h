@@ -3,7 +3,7 @@
 #pragma once
 #include <vector>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "rl/policy_eval.h"
 #include "rl/task.h"
 

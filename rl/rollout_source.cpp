@@ -8,10 +8,10 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "checkpoint/module_weights.h"
 #include "core/counter_hash.h"
 #include "core/errors.h"
-#include "core/module_weights.h"
-#include "core/prompt_format.h"
+#include "dataset/prompt_format.h"
 #include "objectives/policy_log_probs.h"
 #include "rl/policy_eval.h"
 #include "sampler/rollout.h"

@@ -4,14 +4,14 @@
 // as the evaluation.
 // Data parallel: each rank rolls out its own whole groups (P / ranks prompts of the step's P, the ones a single
 // process would draw), every mini-batch takes the same number of groups from each rank, and the gradient is the
-// global mean (core/distributed.h); held-out problems are split over the ranks too.
+// global mean (train/distributed.h); held-out problems are split over the ranks too.
 #pragma once
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
 
-#include "core/prompt_source.h"
+#include "dataset/prompt_source.h"
 #include "rl/rl_options.h"
 #include "train/session.h"
 

@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "core/prompt_source.h"
+#include "dataset/prompt_source.h"
 
 namespace inkstone {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "core/tokenizer.h"
+#include "dataset/tokenizer.h"
 #include "sampler/diffusion_sampler.h"
 
 namespace inkstone {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "core/config.h"
-#include "core/tokenizer.h"
+#include "config/config.h"
+#include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/diffusion_objective.h"
 #include "objectives/noise_schedule.h"

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "core/batch.h"
-#include "core/tokenizer.h"
+#include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/sampling.h"

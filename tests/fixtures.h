@@ -6,10 +6,10 @@
 #include <functional>
 #include <string>
 
-#include "core/byte_tokenizer.h"
-#include "core/config.h"
-#include "core/data_prepare.h"
+#include "config/config.h"
 #include "core/errors.h"
+#include "dataset/byte_tokenizer.h"
+#include "dataset/data_prepare.h"
 
 namespace inkstone::testing {
 

@@ -5,12 +5,12 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/module_weights.h"
+#include "checkpoint/rng_state.h"
 #include "core/atomic_file.h"
-#include "core/checkpoint.h"
 #include "core/errors.h"
-#include "core/module_weights.h"
-#include "core/rng_state.h"
-#include "core/tokenizer.h"
+#include "dataset/tokenizer.h"
 #include "models/delta_conversion.h"
 #include "tools/commands.h"
 

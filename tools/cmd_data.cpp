@@ -5,10 +5,10 @@
 
 #include <fmt/format.h>
 
-#include "core/data_prepare.h"
 #include "core/errors.h"
 #include "core/progress.h"
-#include "core/tokenizer.h"
+#include "dataset/data_prepare.h"
+#include "dataset/tokenizer.h"
 #include "tools/commands.h"
 
 namespace inkstone::cli {

@@ -10,13 +10,13 @@
 #include <optional>
 #include <sstream>
 
+#include "checkpoint/safetensors.h"
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/safetensors.h"
 #include "rl/rl_options.h"
-#include "train/window_source.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
+#include "train/window_source.h"
 
 namespace inkstone::cli {
 namespace {

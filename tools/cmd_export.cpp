@@ -8,8 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "checkpoint/checkpoint.h"
 #include "core/atomic_file.h"
-#include "core/checkpoint.h"
 #include "core/errors.h"
 #include "interop/hf_config.h"
 #include "interop/hf_tokenizer_files.h"

@@ -9,12 +9,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/rng_state.h"
 #include "core/atomic_file.h"
-#include "core/checkpoint.h"
 #include "core/errors.h"
-#include "core/prompt_format.h"
-#include "core/rng_state.h"
-#include "core/tokenizer.h"
+#include "dataset/prompt_format.h"
+#include "dataset/tokenizer.h"
 #include "interop/hf_config.h"
 #include "interop/hf_tokenizer_files.h"
 #include "interop/hf_weights.h"

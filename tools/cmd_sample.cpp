@@ -9,7 +9,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/prompt_format.h"
+#include "dataset/prompt_format.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_sampler.h"

@@ -8,10 +8,10 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "core/bpe_trainer.h"
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/tokenizer.h"
+#include "dataset/bpe_trainer.h"
+#include "dataset/tokenizer.h"
 #include "tools/commands.h"
 
 namespace inkstone::cli {

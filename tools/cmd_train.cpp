@@ -3,18 +3,18 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/checkpoint.h"
 #include "core/atomic_file.h"
-#include "core/checkpoint.h"
-#include "core/distributed.h"
 #include "core/errors.h"
 #include "core/platform.h"
 #include "core/run_lock.h"
-#include "core/stop_signal.h"
 #include "rl/rollout_source.h"
-#include "train/session.h"
-#include "train/window_source.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
+#include "train/distributed.h"
+#include "train/session.h"
+#include "train/stop_signal.h"
+#include "train/window_source.h"
 
 namespace inkstone::cli {
 namespace {
@@ -34,7 +34,7 @@ std::shared_ptr<Distributed> join_launch(const LaunchEnv& launch, const Config& 
   return std::make_shared<Distributed>(launch, device, timeout_of(config.distributed));
 }
 
-// A run stopped by a signal (core/stop_signal.h) has checkpointed; it exits with the shell's code for that signal.
+// A run stopped by a signal (train/stop_signal.h) has checkpointed; it exits with the shell's code for that signal.
 int report_stop(bool main, int signal, int64_t steps_done, const std::filesystem::path& checkpoint) {
   if (main)
     fmt::print("stopped by signal {} ({}) after step {}, checkpoint {}; continue with --resume\n", signal,

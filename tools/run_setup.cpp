@@ -5,11 +5,11 @@
 #include <fmt/ranges.h>
 #include <ATen/Parallel.h>
 
+#include "checkpoint/module_weights.h"
 #include "core/errors.h"
-#include "core/module_weights.h"
 #include "core/platform.h"
-#include "models/width_profile.h"
 #include "models/moe.h"
+#include "models/width_profile.h"
 
 namespace inkstone::cli {
 

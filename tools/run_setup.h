@@ -4,10 +4,10 @@
 #include <memory>
 #include <string>
 
-#include "core/checkpoint.h"
-#include "core/config.h"
-#include "core/tokenizer.h"
-#include "core/window_loader.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "dataset/tokenizer.h"
+#include "dataset/window_loader.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
 

@@ -6,11 +6,11 @@
 
 #include <torch/types.h>
 
+#include "checkpoint/module_weights.h"
 #include "core/batch.h"
-#include "core/distributed.h"
-#include "core/module_weights.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
+#include "train/distributed.h"
 
 namespace inkstone {
 

@@ -6,7 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
-#include "core/distributed.h"
+#include "train/distributed.h"
 
 namespace inkstone {
 

@@ -9,14 +9,14 @@
 
 #include <fmt/format.h>
 
+#include "checkpoint/optimizer_state.h"
+#include "checkpoint/rng_state.h"
 #include "core/counter_hash.h"
-#include "core/lr_schedule.h"
-#include "core/optimizer_state.h"
 #include "core/progress.h"
-#include "core/resume_check.h"
-#include "core/rng_state.h"
-#include "core/stop_signal.h"
 #include "models/auxiliary.h"
+#include "train/lr_schedule.h"
+#include "train/resume_check.h"
+#include "train/stop_signal.h"
 
 namespace inkstone {
 namespace {

@@ -15,17 +15,17 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
-#include "core/config.h"
-#include "core/distributed.h"
+#include "checkpoint/checkpoint.h"
+#include "checkpoint/module_weights.h"
+#include "config/config.h"
 #include "core/errors.h"
-#include "core/metrics_log.h"
-#include "core/module_weights.h"
-#include "core/optimizer.h"
-#include "core/tokenizer.h"
+#include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
+#include "train/distributed.h"
 #include "train/gradient_accumulation.h"
+#include "train/metrics_log.h"
+#include "train/optimizer.h"
 
 namespace inkstone {
 
@@ -36,7 +36,7 @@ struct TrainResult {
   int64_t skipped_updates = 0;  // optimizer updates skipped for a non-finite loss or gradient
   std::map<std::string, double> final_eval;
   std::filesystem::path last_checkpoint;
-  int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (core/stop_signal.h)
+  int stop_signal = 0;  // the run stopped early, checkpointed, on this signal (train/stop_signal.h)
 };
 
 // What one step reports to the session: the metrics line to log (none on steps between log lines) and the text
@@ -93,7 +93,7 @@ class TrainingSession {
                   std::shared_ptr<Distributed> distributed = nullptr);
 
   // Restores weights (model and objective), optimizer, RNG, step and the source's counters, so training
-  // continues exactly. A checkpoint whose config differs in meaning (core/resume_check.h: the objective, the
+  // continues exactly. A checkpoint whose config differs in meaning (train/resume_check.h: the objective, the
   // architecture, ...) or of a run with another number of ranks is an InputError.
   void resume(const CheckpointData& checkpoint, StepSource& source);
   TrainResult run(StepSource& source);

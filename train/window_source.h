@@ -7,7 +7,7 @@
 #include <memory>
 
 #include "core/batch.h"
-#include "core/window_loader.h"
+#include "dataset/window_loader.h"
 #include "train/session.h"
 
 namespace inkstone {

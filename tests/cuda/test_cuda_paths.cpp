@@ -4,8 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/checkpoint.h"
-#include "core/optimizer.h"
+#include "checkpoint/checkpoint.h"
 #include "core/explicit_attention.h"
 #include "core/torch_compat.h"
 #include "models/kernels/route_sources.h"
@@ -14,6 +13,7 @@
 #include "sampler/kernels/diffusion_step.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "train/optimizer.h"
 
 namespace inkstone {
 namespace {

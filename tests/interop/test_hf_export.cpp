@@ -7,9 +7,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "checkpoint/safetensors.h"
 #include "core/errors.h"
-#include "core/prompt_format.h"
-#include "core/safetensors.h"
+#include "dataset/prompt_format.h"
 #include "interop/hf_config.h"
 #include "interop/hf_weights.h"
 #include "models/language_model.h"

@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "core/safetensors.h"
+#include "checkpoint/safetensors.h"
 #include "interop/hf_config.h"
 #include "tests/cli_run.h"
 #include "tools/run_setup.h"

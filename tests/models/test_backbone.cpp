@@ -7,8 +7,6 @@
 
 #include "core/errors.h"
 #include "core/torch_compat.h"
-#include "tests/fixtures.h"
-#include "tests/models/decode_fixtures.h"
 #include "models/attention.h"
 #include "models/block.h"
 #include "models/language_model.h"
@@ -16,6 +14,8 @@
 #include "models/rms_norm.h"
 #include "models/rope.h"
 #include "models/time_embedding.h"
+#include "tests/fixtures.h"
+#include "tests/models/decode_fixtures.h"
 
 namespace inkstone {
 namespace {

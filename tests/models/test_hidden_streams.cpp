@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/attention.h"
 #include "models/hidden_streams.h"
 #include "models/language_model.h"

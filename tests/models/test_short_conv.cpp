@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "models/block.h"
 #include "models/block_registry.h"
 #include "models/depthwise_conv.h"

@@ -5,8 +5,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/config.h"
-#include "core/module_weights.h"
+#include "checkpoint/module_weights.h"
+#include "config/config.h"
 #include "models/delta_conversion.h"
 #include "models/language_model.h"
 #include "models/residual_routing.h"

@@ -7,16 +7,16 @@
 #include <fstream>
 #include <limits>
 
-#include "core/byte_tokenizer.h"
-#include "core/data_prepare.h"
 #include "core/errors.h"
-#include "train/session.h"
-#include "train/window_source.h"
+#include "dataset/byte_tokenizer.h"
+#include "dataset/data_prepare.h"
 #include "objectives/diffusion_time.h"
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "train/session.h"
+#include "train/window_source.h"
 
 namespace inkstone {
 namespace {

@@ -4,8 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "config/config.h"
 #include "core/batch.h"
-#include "core/config.h"
 #include "models/language_model.h"
 #include "objectives/policy_log_probs.h"
 #include "tests/fixtures.h"

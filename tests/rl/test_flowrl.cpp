@@ -2,7 +2,7 @@
 // gradients reaching both the log Z head and the backbone.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "objectives/flowrl.h"
 #include "tests/rl/rl_fixtures.h"
 

@@ -2,7 +2,7 @@
 // zero-sum flow gaps, clip bounds and saturation counts, stop-gradient weights, degenerate-group filtering.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "objectives/gflowrl.h"
 #include "objectives/grpo.h"
 #include "tests/rl/rl_fixtures.h"

@@ -4,7 +4,7 @@
 
 #include <gtest/gtest.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "objectives/grpo.h"
 #include "tests/rl/rl_fixtures.h"
 

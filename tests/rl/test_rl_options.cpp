@@ -1,7 +1,7 @@
 // rl.* as options: the pass@k estimator of the held-out evaluation and the weighted reward specs.
 #include <gtest/gtest.h>
 
-#include "core/config.h"
+#include "config/config.h"
 #include "rl/policy_eval.h"
 #include "rl/rl_options.h"
 

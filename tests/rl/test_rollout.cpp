@@ -1,10 +1,10 @@
 // Rollouts: the batch layout, log-probs equal to a full forward's at the drawn tokens, and stop strings.
 #include <gtest/gtest.h>
 
-#include "core/byte_tokenizer.h"
+#include "dataset/byte_tokenizer.h"
 #include "objectives/policy_log_probs.h"
-#include "tests/rl/rl_fixtures.h"
 #include "sampler/rollout.h"
+#include "tests/rl/rl_fixtures.h"
 
 namespace inkstone {
 namespace {

@@ -4,9 +4,9 @@
 
 #include "core/errors.h"
 #include "models/language_model.h"
-#include "tests/fixtures.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/sampling.h"
+#include "tests/fixtures.h"
 
 namespace inkstone {
 namespace {

@@ -3,9 +3,9 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include "core/byte_tokenizer.h"
-#include "core/config.h"
+#include "config/config.h"
 #include "core/errors.h"
+#include "dataset/byte_tokenizer.h"
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_posterior.h"
 #include "sampler/diffusion_sampler.h"

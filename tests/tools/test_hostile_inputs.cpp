@@ -12,7 +12,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "core/checkpoint.h"
+#include "checkpoint/checkpoint.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
 

@@ -10,8 +10,8 @@
 #include <fstream>
 #include <thread>
 
-#include "core/checkpoint.h"
-#include "core/config.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
 #include "core/errors.h"
 #include "core/run_lock.h"
 #include "tests/cli_run.h"

@@ -17,15 +17,15 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "core/byte_tokenizer.h"
-#include "core/checkpoint.h"
-#include "core/distributed.h"
-#include "train/session.h"
-#include "train/window_source.h"
+#include "checkpoint/checkpoint.h"
+#include "dataset/byte_tokenizer.h"
 #include "objectives/objective.h"
 #include "rl/rollout_source.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "train/distributed.h"
+#include "train/session.h"
+#include "train/window_source.h"
 
 namespace inkstone {
 namespace {

@@ -5,14 +5,14 @@
 
 #include <gtest/gtest.h>
 
-#include "core/byte_tokenizer.h"
-#include "core/checkpoint.h"
-#include "core/config.h"
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "dataset/byte_tokenizer.h"
 #include "objectives/objective.h"
 #include "rl/rollout_source.h"
-#include "train/session.h"
 #include "tests/rl/rl_fixtures.h"
 #include "tests/test_paths.h"
+#include "train/session.h"
 
 namespace inkstone {
 namespace {

@@ -5,14 +5,14 @@
 #include <fstream>
 #include <set>
 
-#include "core/byte_tokenizer.h"
-#include "core/checkpoint.h"
-#include "core/data_prepare.h"
-#include "train/session.h"
-#include "train/window_source.h"
+#include "checkpoint/checkpoint.h"
+#include "dataset/byte_tokenizer.h"
+#include "dataset/data_prepare.h"
 #include "objectives/objective.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "train/session.h"
+#include "train/window_source.h"
 
 namespace inkstone {
 namespace {

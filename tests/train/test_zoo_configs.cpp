@@ -8,12 +8,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "core/config_schema.h"
-#include "train/session.h"
-#include "train/window_source.h"
+#include "config/config_schema.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 #include "tools/run_setup.h"
+#include "train/session.h"
+#include "train/window_source.h"
 
 namespace inkstone {
 namespace {

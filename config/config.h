@@ -1,0 +1,255 @@
+// Typed run configuration: one struct per TOML section. Defaults, documentation and ranges live in
+// config/config_schema.cpp, the single place that describes every key.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace inkstone {
+
+struct RunConfig {
+  std::string name;
+  int64_t seed;
+  std::string run_dir;    // empty: runs/<name>
+  std::string device;     // auto | cpu | cuda
+  std::string precision;  // fp32 | bf16 (bf16 autocast on CUDA; fp32 master weights)
+  int64_t threads;        // libtorch intra-op threads
+};
+
+struct ModelConfig {
+  std::string arch;         // qwen3
+  int64_t vocab_size;       // 0: taken from the tokenizer
+  int64_t d_model;
+  int64_t n_layers;
+  int64_t n_heads;
+  int64_t n_kv_heads;
+  int64_t head_dim;         // 0: d_model / n_heads
+  int64_t ffn_dim;          // 0: SwiGLU width from 8/3 d_model rounded up to a multiple of 64
+  int64_t max_seq_len;
+  double rope_theta;
+  double norm_eps;
+  bool qk_norm;             // per-head RMSNorm of q and k before RoPE (Qwen3); Llama and Qwen2 have none
+  std::string attention_bias;  // none | qkv (Qwen2) | all (q, k, v and o; Llama's attention_bias)
+  std::string rope_scaling;    // none | linear | llama3 (models/rope.h)
+  double rope_scaling_factor;
+  double rope_low_freq_factor;   // llama3
+  double rope_high_freq_factor;  // llama3
+  int64_t rope_original_max_len; // llama3: the context the base frequencies were trained for
+  bool tie_embeddings;
+  std::string init;         // normal
+  double init_std;
+  double init_gamma;            // init = gamma: std = fan_in^(-gamma), one exponent for every weight
+  double init_gamma_embedding;  // per-group gamma; < 0: init_gamma
+  double init_gamma_attention;  // W_q, W_k, W_v, W_o
+  double init_gamma_mlp;
+  // Residual routing (models/residual_routing.h).
+  std::string residual;         // plain | attnres | block_attnres | mhar | delta
+  int64_t residual_heads;       // H of mhar, block_attnres and delta
+  int64_t residual_blocks;      // N_b of block_attnres, and of delta with residual_delta = block
+  std::string residual_delta;   // delta sources: sublayer | block
+  std::string residual_delta_gate;  // delta gate α: zero | sigmoid | sigmoid_token | none
+  // Variable width (models/width_profile.h).
+  std::string width_profile;    // uniform | geometric
+  double width_bottleneck_ratio;
+  int64_t width_bottleneck_layer;  // k, 1-based; 0: 3/4 of the depth
+  int64_t width_quantum;
+  std::string width_expand;     // carry_forward | zero_pad
+  bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
+  int64_t cond_dim;
+  // Block zoo: per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.
+  std::string mixer_pattern;     // A attention | C gated short conv
+  int64_t conv_kernel;           // short conv taps
+  bool qkv_conv;                 // depthwise residual conv on [q | k | v] before RoPE
+  int64_t qkv_conv_kernel;
+  std::string qkv_conv_position; // before_norm | after_norm (of the per-head QK-norm)
+  bool qkv_conv_zero_init;       // zero taps: exactly the base model at init
+  std::string ffn_pattern;       // D dense SwiGLU | M mixture of experts
+  int64_t moe_experts;
+  int64_t moe_top_k;
+  int64_t moe_expert_ffn_dim;    // 0: the dense ffn width
+  int64_t moe_shared_experts;
+  std::string moe_router;        // softmax | sigmoid
+  double moe_route_scale;
+  double moe_aux_loss_coef;      // Switch load-balancing loss
+  double moe_z_loss_coef;        // router z-loss
+  double moe_bias_update_rate;   // aux-loss-free balancing step u; 0: off
+  // Hidden decoding (models/hidden_streams.h).
+  int64_t hidden_streams;        // n embedding copies per token; 1: the plain model
+  std::string hidden_positions;  // interleaved | per_token
+  std::string hidden_attention;  // per layer, tiled: L stream-local | X cross-stream mixing
+  bool hidden_local_sees_token;  // stream-local layers also see the earlier streams of their own token
+};
+
+struct ObjectiveConfig {
+  std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo | flowrl
+};
+
+// Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
+struct DiffusionConfig {
+  std::string schedule;        // log_linear | cosine | log_snr
+  double schedule_eps;         // log_linear, cosine: alpha_1 = eps
+  double log_snr_min;          // log_snr: lambda(1)
+  double log_snr_max;          // log_snr: lambda(0)
+  double t_min;                // smallest training/eval time; t = t_min + (1 - t_min) u
+  std::string time_sampling;   // stratified | iid
+  bool per_token_t;            // an independent t per token (models without time input only)
+  std::string weighting;       // elbo | snr (training loss; eval always reports the ELBO)
+  double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
+  bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
+};
+
+// RL post-training from a pretrained checkpoint (objectives that consume rollouts); see rl/rollout_source.h.
+struct RlConfig {
+  std::string init_checkpoint;        // checkpoint or run folder the policy (and the reference) start from
+  std::string task;                   // gsm8k | math | arithmetic | countdown (rl/task.h)
+  std::string task_path;              // gsm8k, math: the training problems
+  std::string eval_path;              // gsm8k, math: the held-out problems
+  int64_t task_size;                  // procedural tasks: distinct problems
+  int64_t difficulty;                 // procedural tasks
+  int64_t task_seed;                  // procedural tasks: training problems
+  int64_t eval_seed;                  // procedural tasks: held-out problems
+  std::string prompt_template;        // "{question}" is replaced by the problem
+  std::vector<std::string> rewards;   // "name" or "name=weight", summed
+  int64_t prompts_per_step;
+  int64_t group_size;                 // G rollouts per prompt
+  int64_t epochs;                     // optimisation passes over one rollout batch
+  int64_t mini_batches;               // optimizer steps per epoch; each holds whole groups
+  int64_t max_new_tokens;
+  double temperature;                 // rollouts and the trainer's log-probs
+  double top_p;
+  std::vector<std::string> stop;      // a completion ends after the first of these strings
+  std::string reference;              // initial: frozen copy of the initial policy | old: the rollout policy
+  int64_t eval_prompts;
+  int64_t eval_samples;               // k samples per held-out problem (pass@1 = mean, pass@k for powers of 2)
+  double eval_temperature;
+};
+
+// GFlowRL.
+struct GflowrlConfig {
+  double beta;
+  double push_up;            // flow-gap clip bound on the side that raises log pi (g < 0)
+  double push_down;          // bound on the side that lowers it (g > 0)
+  double is_eps;             // IS weight cap 1 + is_eps
+  std::string is_ratio;      // raw | geometric
+  std::string norm;          // none | both | paper
+  bool filter_degenerate;    // drop groups whose rewards are all equal
+  double tis_cap;            // truncated IS against rollout/trainer drift; 0: off
+};
+
+// GRPO / DAPO.
+struct GrpoConfig {
+  double eps_low;
+  double eps_high;
+  std::string scale_rewards;  // group | none
+  double adv_eps;
+  std::string aggregation;    // token_mean | seq_mean_token_mean | seq_mean_token_sum | dr_grpo
+  double kl_coef;             // k3 KL to the reference; 0: off
+};
+
+// FlowRL.
+struct FlowrlConfig {
+  double beta;
+  double is_cap;        // w = min(exp(rho), is_cap), one-sided
+  double head_dropout;  // in the log Z head
+};
+
+struct DataConfig {
+  std::string path;       // folder made by `inkstone data prepare`
+  std::string tokenizer;  // empty: the tokenizer stored with the data
+  int64_t seq_len;
+  std::string mode;       // pack | pad
+  bool document_mask;     // pack: attention and convolutions stay within each packed document
+};
+
+struct OptimConfig {
+  double learning_rate;
+  double beta1;
+  double beta2;
+  double eps;
+  double weight_decay;
+  std::vector<std::string> no_decay;  // parameter groups without weight decay: norm, bias, embedding
+  double grad_clip;                   // 0: no clipping
+};
+
+struct ScheduleConfig {
+  std::string kind;  // cosine | wsd | constant
+  int64_t warmup_steps;
+  double min_lr_ratio;
+  double decay_fraction;  // wsd: fraction of steps in the final decay
+};
+
+struct TrainConfig {
+  int64_t steps;
+  int64_t batch_size;
+  int64_t grad_accum;
+  int64_t log_interval;
+  int64_t eval_interval;
+  int64_t eval_batches;  // 0: the whole validation split
+  int64_t checkpoint_interval;
+  int64_t keep_checkpoints;
+  int64_t max_bad_steps;
+};
+
+// Data-parallel runs (train/distributed.h); a single process ignores it.
+struct DistributedConfig {
+  double timeout_s;  // a collective or the rendezvous waiting longer than this fails instead of hanging
+  double bucket_mb;  // gradient all-reduce bucket size
+};
+
+struct SampleConfig {
+  int64_t num;
+  int64_t max_new_tokens;
+  double temperature;
+  int64_t top_k;
+  double top_p;
+  int64_t seed;
+  std::string prompt;
+  int64_t steps;               // diffusion: denoising steps
+  std::string diffusion_sampler;  // ancestral | confidence
+  std::string noise_removal;   // diffusion final step: ancestral | greedy | none
+  double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
+  int64_t batch_size;          // diffusion: sequences per denoiser call
+  bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
+  bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
+};
+
+// How prompts are rendered for `sample` and RL (dataset/prompt_format.h): a chat model expects its own turn markers.
+struct ChatConfig {
+  std::string format;                    // raw | chatml | llama3
+  std::string system;                    // system message of the chat formats; empty: none
+  std::string prompt_start;              // eos | bos | none: the token a prompt starts from
+  std::vector<std::string> stop_tokens;  // texts of tokens that end a completion besides eos (<|im_end|>)
+};
+
+struct Config {
+  RunConfig run;
+  ModelConfig model;
+  ObjectiveConfig objective;
+  DiffusionConfig diffusion;
+  DataConfig data;
+  OptimConfig optim;
+  ScheduleConfig schedule;
+  TrainConfig train;
+  DistributedConfig distributed;
+  SampleConfig sample;
+  ChatConfig chat;
+  RlConfig rl;
+  GflowrlConfig gflowrl;
+  GrpoConfig grpo;
+  FlowrlConfig flowrl;
+};
+
+// The documented defaults.
+Config default_config();
+
+// Parses a TOML file over the defaults, then applies `section.key=value` overrides. Unknown keys, wrong types
+// and out-of-range values throw InputError naming file:line and key (with a near-miss suggestion).
+Config load_config(const std::string& path, const std::vector<std::string>& overrides = {});
+Config config_from_string(const std::string& toml_text, const std::string& origin,
+                          const std::vector<std::string>& overrides = {});
+void apply_override(Config& config, const std::string& assignment);
+
+// The fully resolved config as TOML; with_docs adds each key's documentation as a comment.
+std::string config_to_toml(const Config& config, bool with_docs = false);
+
+}  // namespace inkstone

@@ -1,0 +1,367 @@
+// The one place where every config key is declared, with its default, documentation and allowed values.
+#include "config/config_schema.h"
+
+namespace inkstone {
+namespace {
+
+struct FieldBuilder {
+  FieldSpec spec;
+  FieldBuilder& range(double lo, double hi) {
+    spec.min = lo;
+    spec.max = hi;
+    return *this;
+  }
+  // (0, hi]: zero would silently do nothing (a learning rate) or divide by zero deep in a run (an init std).
+  FieldBuilder& positive_up_to(double hi) {
+    spec.min = 0;
+    spec.min_exclusive = true;
+    spec.max = hi;
+    return *this;
+  }
+  FieldBuilder& at_least(double lo) {
+    spec.min = lo;
+    return *this;
+  }
+  FieldBuilder& one_of(std::vector<std::string> values) {
+    spec.choices = std::move(values);
+    return *this;
+  }
+};
+
+template <typename Section, typename T, typename D>
+FieldBuilder field(const char* section, const char* key, Section Config::*sec, T Section::*member, D def,
+                   const char* doc) {
+  FieldSpec s;
+  s.section = section;
+  s.key = key;
+  s.default_value = T(def);
+  s.doc = doc;
+  s.slot = [sec, member](Config& c) -> FieldSlot { return &((c.*sec).*member); };
+  return FieldBuilder{std::move(s)};
+}
+
+#define INKSTONE_FIELD(sec, key, def, doc) \
+  field(#sec, #key, &Config::sec, &decltype(Config::sec)::key, def, doc)
+
+std::vector<FieldSpec> build_schema() {
+  using Strings = std::vector<std::string>;
+  const double inf = 1e300;
+  std::vector<FieldBuilder> f = {
+      INKSTONE_FIELD(run, name, "run", "Run name; the default run folder is runs/<name>."),
+      INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, data order and sampling.").at_least(0),
+      INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
+      INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
+      INKSTONE_FIELD(run, precision, "fp32", "bf16 autocasts on CUDA with fp32 master weights; CPU runs fp32.")
+          .one_of({"fp32", "bf16"}),
+      INKSTONE_FIELD(run, threads, int64_t{1},
+                     "libtorch intra-op threads; 1 is fastest for small models on 2 cores (measured).")
+          .range(1, 1024),
+
+      INKSTONE_FIELD(model, arch, "qwen3",
+                     "Backbone family, the Hugging Face architecture an export writes: qwen3 (q/k norm), qwen2 "
+                     "(q/k/v biases), llama, mistral. The blocks follow the keys below, not this name.")
+          .one_of({"qwen3", "qwen2", "llama", "mistral"}),
+      INKSTONE_FIELD(model, vocab_size, int64_t{0}, "0: the tokenizer's vocabulary size.").at_least(0),
+      INKSTONE_FIELD(model, d_model, int64_t{256}, "Residual stream width.").range(8, 65536),
+      INKSTONE_FIELD(model, n_layers, int64_t{4}, "Number of blocks.").range(1, 1024),
+      INKSTONE_FIELD(model, n_heads, int64_t{4}, "Query heads.").range(1, 1024),
+      INKSTONE_FIELD(model, n_kv_heads, int64_t{2}, "Key/value heads (GQA); must divide n_heads.").range(1, 1024),
+      INKSTONE_FIELD(model, head_dim, int64_t{0}, "0: d_model / n_heads.").range(0, 4096),
+      INKSTONE_FIELD(model, ffn_dim, int64_t{0}, "SwiGLU width; 0: 8/3 d_model rounded up to a multiple of 64.")
+          .range(0, 1 << 20),
+      INKSTONE_FIELD(model, max_seq_len, int64_t{256}, "Longest sequence (RoPE table, KV cache).")
+          .range(1, 1 << 20),
+      INKSTONE_FIELD(model, rope_theta, 10000.0, "RoPE base (Qwen3 uses 1e6 at long context).").range(1, inf),
+      INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").positive_up_to(1),
+      INKSTONE_FIELD(model, qk_norm, true, "Per-head RMSNorm of q and k before RoPE (Qwen3; Llama and Qwen2 have none)."),
+      INKSTONE_FIELD(model, attention_bias, "none",
+                     "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
+          .one_of({"none", "qkv", "all"}),
+      INKSTONE_FIELD(model, rope_scaling, "none",
+                     "RoPE frequency scaling: none, linear (positions / factor) or llama3 (long wavelengths / factor, "
+                     "short ones kept, a smooth blend between).")
+          .one_of({"none", "linear", "llama3"}),
+      INKSTONE_FIELD(model, rope_scaling_factor, 1.0, "linear, llama3: the scaling factor.").range(1, 1e6),
+      INKSTONE_FIELD(model, rope_low_freq_factor, 1.0, "llama3: wavelengths above original_max_len / this are scaled.")
+          .range(1e-6, 1e6),
+      INKSTONE_FIELD(model, rope_high_freq_factor, 4.0, "llama3: wavelengths below original_max_len / this are kept.")
+          .range(1e-6, 1e6),
+      INKSTONE_FIELD(model, rope_original_max_len, int64_t{8192}, "llama3: the context the base frequencies served.")
+          .range(1, 1 << 24),
+      INKSTONE_FIELD(model, tie_embeddings, true, "Share the token embedding with the output head."),
+      INKSTONE_FIELD(model, init, "normal", "Weight init scheme: normal (fixed init_std) or gamma "
+                     "(std = fan_in^-gamma).").one_of({"normal", "gamma"}),
+      INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").positive_up_to(1),
+      INKSTONE_FIELD(model, init_gamma, 1.0, "init = gamma: every matrix N(0, fan_in^(-2 gamma)); 0.5 is LeCun.")
+          .range(0, 4),
+      INKSTONE_FIELD(model, init_gamma_embedding, -1.0, "init = gamma: gamma of the token embedding; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, init_gamma_attention, -1.0, "init = gamma: gamma of W_q, W_k, W_v, W_o; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, init_gamma_mlp, -1.0, "init = gamma: gamma of the feed-forward; < 0: init_gamma.")
+          .range(-1, 4),
+      INKSTONE_FIELD(model, residual, "plain",
+                     "Residual routing: plain sum; attnres / mhar: depth softmax over all earlier sublayer outputs "
+                     "(1 / residual_heads heads); block_attnres: over block sums; delta: plain plus a zero-gated "
+                     "routed term (identity at init).")
+          .one_of({"plain", "attnres", "block_attnres", "mhar", "delta"}),
+      INKSTONE_FIELD(model, residual_heads, int64_t{1}, "Routing heads H (mhar, block_attnres, delta); divides d_model.")
+          .range(1, 4096),
+      INKSTONE_FIELD(model, residual_blocks, int64_t{4},
+                     "Blocks of layers N_b (block_attnres; delta with residual_delta = block).")
+          .range(1, 1024),
+      INKSTONE_FIELD(model, residual_delta, "sublayer", "delta sources: every sublayer output, or one per block.")
+          .one_of({"sublayer", "block"}),
+      INKSTONE_FIELD(model, residual_delta_gate, "zero",
+                     "delta gate: zero (learned scalar from 0, the exact identity at init), sigmoid (sigma(a - 2)), "
+                     "sigmoid_token (sigma(<w, p_t> + a - 2) per token), none (1).")
+          .one_of({"zero", "sigmoid", "sigmoid_token", "none"}),
+      INKSTONE_FIELD(model, width_profile, "uniform",
+                     "Layer widths: uniform d_model, or geometric x-shape with the same parameter count.")
+          .one_of({"uniform", "geometric"}),
+      INKSTONE_FIELD(model, width_bottleneck_ratio, 0.3, "geometric: narrowest width / d_model.").range(0.01, 1),
+      INKSTONE_FIELD(model, width_bottleneck_layer, int64_t{0}, "geometric: the narrowest layer (1-based); 0: 3/4 of the depth.")
+          .range(0, 1024),
+      INKSTONE_FIELD(model, width_quantum, int64_t{32}, "geometric: widths are multiples of this.").range(1, 4096),
+      INKSTONE_FIELD(model, width_expand, "carry_forward",
+                     "geometric: widening fills new coordinates from earlier hidden states, else zeros.")
+          .one_of({"carry_forward", "zero_pad"}),
+      INKSTONE_FIELD(model, time_conditioning, false, "adaLN-Zero conditioning on the noise level (diffusion)."),
+      INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
+      INKSTONE_FIELD(model, mixer_pattern, "A",
+                     "Token mixer per layer, tiled over n_layers: A attention, C gated short conv (LFM2); "
+                     "spaces ignored, e.g. \"CCA\" with 18 layers gives 6 attention + 12 conv."),
+      INKSTONE_FIELD(model, conv_kernel, int64_t{3}, "Short conv taps (causal; centred under a bidirectional mask).")
+          .range(1, 64),
+      INKSTONE_FIELD(model, qkv_conv, false, "Depthwise residual conv over time on [q | k | v] before RoPE."),
+      INKSTONE_FIELD(model, qkv_conv_kernel, int64_t{3}, "QKV conv taps.").range(1, 64),
+      INKSTONE_FIELD(model, qkv_conv_position, "before_norm",
+                     "QKV conv before or after the per-head QK-norm (Canon-B normalises first).")
+          .one_of({"before_norm", "after_norm"}),
+      INKSTONE_FIELD(model, qkv_conv_zero_init, true, "Zero QKV conv taps: the model starts as the base model."),
+      INKSTONE_FIELD(model, ffn_pattern, "D",
+                     "Feed-forward per layer, tiled over n_layers: D dense SwiGLU, M mixture of experts."),
+      INKSTONE_FIELD(model, moe_experts, int64_t{8}, "Routed experts per MoE layer.").range(1, 4096),
+      INKSTONE_FIELD(model, moe_top_k, int64_t{2}, "Experts per token.").range(1, 4096),
+      INKSTONE_FIELD(model, moe_expert_ffn_dim, int64_t{0}, "SwiGLU width of one expert; 0: the dense width.")
+          .range(0, 1 << 20),
+      INKSTONE_FIELD(model, moe_shared_experts, int64_t{0}, "Always-on experts beside the routed ones.")
+          .range(0, 64),
+      INKSTONE_FIELD(model, moe_router, "softmax",
+                     "softmax: over all experts, top-k renormalised (Qwen3-MoE); sigmoid: DeepSeek-V3.")
+          .one_of({"softmax", "sigmoid"}),
+      INKSTONE_FIELD(model, moe_route_scale, 1.0, "Factor on the routing weights (DeepSeek-V3: 2.5).")
+          .range(0, 100),
+      INKSTONE_FIELD(model, moe_aux_loss_coef, 1e-2, "Switch balance loss alpha E sum_i f_i P_i; 0: off.")
+          .range(0, 10),
+      INKSTONE_FIELD(model, moe_z_loss_coef, 1e-3, "Router z-loss coefficient; 0: off.").range(0, 10),
+      INKSTONE_FIELD(model, moe_bias_update_rate, 0.0,
+                     "Aux-loss-free balancing: selection bias step per optimizer step (DeepSeek-V3: 1e-3); 0: off.")
+          .range(0, 1),
+      INKSTONE_FIELD(model, hidden_streams, int64_t{1},
+                     "Hidden decoding: n embedding tables encode each token n times, interleaved; the loss reads "
+                     "the last copy. 1: off.")
+          .range(1, 64),
+      INKSTONE_FIELD(model, hidden_positions, "interleaved",
+                     "Hidden decoding RoPE positions: consecutive over the n·T slots, or one per token.")
+          .one_of({"interleaved", "per_token"}),
+      INKSTONE_FIELD(model, hidden_attention, "X",
+                     "Hidden decoding attention per layer, tiled over n_layers: X cross-stream (causal over the "
+                     "interleaved order, the model cards' plain Transformer), L stream-local (each copy attends to "
+                     "its own stream only), e.g. \"LLLX\"."),
+      INKSTONE_FIELD(model, hidden_local_sees_token, false,
+                     "Hidden decoding: stream-local layers also see the earlier copies of their own token."),
+
+      INKSTONE_FIELD(objective, name, "ar",
+                     "Training objective by its registered name (an unknown name is refused with the known ones)."),
+
+      INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
+          .one_of({"log_linear", "cosine", "log_snr"}),
+      INKSTONE_FIELD(diffusion, schedule_eps, 1e-3, "log_linear, cosine: alpha at t = 1.").range(1e-9, 0.5),
+      INKSTONE_FIELD(diffusion, log_snr_min, -9.0, "log_snr: log-SNR at t = 1 (alpha = sigmoid(lambda)).")
+          .range(-50, 50),
+      INKSTONE_FIELD(diffusion, log_snr_max, 9.0, "log_snr: log-SNR at t = 0.").range(-50, 50),
+      INKSTONE_FIELD(diffusion, t_min, 1e-3, "Smallest time drawn for training and eval (never t = 0).")
+          .range(1e-6, 0.5),
+      INKSTONE_FIELD(diffusion, time_sampling, "stratified", "stratified: one t per stratum of the global batch.")
+          .one_of({"stratified", "iid"}),
+      INKSTONE_FIELD(diffusion, per_token_t, false, "An independent t per token (needs no time conditioning)."),
+      INKSTONE_FIELD(diffusion, weighting, "elbo", "Training loss: elbo, or snr (the ELBO without |dlambda/dt|).")
+          .one_of({"elbo", "snr"}),
+      INKSTONE_FIELD(diffusion, max_weight, 0.0, "Clip the small-t loss weight |dlambda/dt| to this; 0: none.")
+          .at_least(0),
+      INKSTONE_FIELD(diffusion, noise_specials, false,
+                     "Uniform noise also emits special ids (never pad or mask); default: text ids and eos."),
+
+      INKSTONE_FIELD(data, path, "", "Folder made by `inkstone data prepare` (manifest.json, shards)."),
+      INKSTONE_FIELD(data, tokenizer, "", "Tokenizer spec; empty: the one stored with the data."),
+      INKSTONE_FIELD(data, seq_len, int64_t{256}, "Tokens per training window.").range(2, 1 << 20),
+      INKSTONE_FIELD(data, mode, "pack", "pack: windows across documents; pad: one document per window.")
+          .one_of({"pack", "pad"}),
+      INKSTONE_FIELD(data, document_mask, false,
+                     "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
+
+      INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").positive_up_to(10),
+      INKSTONE_FIELD(optim, beta1, 0.9, "AdamW beta1.").range(0, 1),
+      INKSTONE_FIELD(optim, beta2, 0.95, "AdamW beta2.").range(0, 1),
+      INKSTONE_FIELD(optim, eps, 1e-8, "AdamW epsilon.").range(0, 1),
+      INKSTONE_FIELD(optim, weight_decay, 0.1, "Decoupled weight decay.").range(0, 10),
+      INKSTONE_FIELD(optim, no_decay, (Strings{"norm", "bias", "embedding"}),
+                     "Parameter groups without weight decay (norm, bias, embedding)."),
+      INKSTONE_FIELD(optim, grad_clip, 1.0, "Clip the global gradient norm to this; 0: no clipping.")
+          .range(0, inf),
+
+      INKSTONE_FIELD(schedule, kind, "cosine", "Learning-rate schedule after warmup.")
+          .one_of({"cosine", "wsd", "constant"}),
+      INKSTONE_FIELD(schedule, warmup_steps, int64_t{100}, "Linear warmup steps.").at_least(0),
+      INKSTONE_FIELD(schedule, min_lr_ratio, 0.1, "Final learning rate / peak (cosine and wsd).").range(0, 1),
+      INKSTONE_FIELD(schedule, decay_fraction, 0.2, "wsd: fraction of all steps spent in the final decay.")
+          .range(0, 1),
+
+      INKSTONE_FIELD(train, steps, int64_t{1000}, "Optimizer steps.").at_least(1),
+      INKSTONE_FIELD(train, batch_size, int64_t{16}, "Sequences per optimizer step (all micro-batches).")
+          .at_least(1),
+      INKSTONE_FIELD(train, grad_accum, int64_t{1}, "Micro-batches per step; must divide batch_size.")
+          .at_least(1),
+      INKSTONE_FIELD(train, log_interval, int64_t{10}, "Steps between training metric lines.").at_least(1),
+      INKSTONE_FIELD(train, eval_interval, int64_t{200}, "Steps between validations; 0: only at the end.")
+          .at_least(0),
+      INKSTONE_FIELD(train, eval_batches, int64_t{0}, "Validation batches; 0: the whole validation split.")
+          .at_least(0),
+      INKSTONE_FIELD(train, checkpoint_interval, int64_t{500}, "Steps between checkpoints; 0: only at the end.")
+          .at_least(0),
+      INKSTONE_FIELD(train, keep_checkpoints, int64_t{3}, "Checkpoints kept (oldest pruned).").at_least(1),
+      INKSTONE_FIELD(train, max_bad_steps, int64_t{5}, "Consecutive NaN/Inf steps that stop the run.")
+          .at_least(1),
+
+      INKSTONE_FIELD(distributed, timeout_s, 300.0,
+                     "Seconds a rank waits for the others (rendezvous, any collective) before failing.")
+          .range(1, 86400),
+      INKSTONE_FIELD(distributed, bucket_mb, 25.0, "Gradient all-reduce bucket size in MiB.").range(0.001, 4096),
+
+      INKSTONE_FIELD(sample, num, int64_t{4}, "Samples per prompt.").at_least(1),
+      INKSTONE_FIELD(sample, max_new_tokens, int64_t{128}, "Tokens to generate.").at_least(1),
+      INKSTONE_FIELD(sample, temperature, 1.0, "Softmax temperature; 0: greedy.").range(0, 100),
+      INKSTONE_FIELD(sample, top_k, int64_t{0}, "Keep the k most likely tokens; 0: all.").at_least(0),
+      INKSTONE_FIELD(sample, top_p, 1.0, "Nucleus mass; 1: all.").positive_up_to(1),
+      INKSTONE_FIELD(sample, seed, int64_t{0}, "Sampling seed.").at_least(0),
+      INKSTONE_FIELD(sample, prompt, "", "Default prompt text."),
+      INKSTONE_FIELD(sample, steps, int64_t{64}, "Diffusion: denoising steps.").at_least(1),
+      INKSTONE_FIELD(sample, diffusion_sampler, "ancestral",
+                     "Diffusion: ancestral posterior steps, or confidence (commit the surest positions).")
+          .one_of({"ancestral", "confidence"}),
+      INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
+          .one_of({"ancestral", "greedy", "none"}),
+      INKSTONE_FIELD(sample, min_p, 0.0, "Diffusion: keep tokens with x̂ >= min_p times the largest; 0: off.")
+          .range(0, 0.999),
+      INKSTONE_FIELD(sample, batch_size, int64_t{256},
+                     "Diffusion: sequences per denoiser call; more prompts run in batches of this many.")
+          .range(1, 1 << 20),
+      INKSTONE_FIELD(sample, fused, true,
+                     "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "
+                     "float64 reference."),
+      INKSTONE_FIELD(sample, cuda_graphs, true,
+                     "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
+                     "eager steps."),
+
+      INKSTONE_FIELD(chat, format, "raw",
+                     "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "
+                     "Qwen) or llama3 (<|start_header_id|>user<|end_header_id|> ...).")
+          .one_of({"raw", "chatml", "llama3"}),
+      INKSTONE_FIELD(chat, system, "", "System message of the chat formats; empty: none."),
+      INKSTONE_FIELD(chat, prompt_start, "eos",
+                     "The token before a prompt: eos (models pretrained here on eos-separated documents), bos "
+                     "(Llama), or none (Qwen).")
+          .one_of({"eos", "bos", "none"}),
+      INKSTONE_FIELD(chat, stop_tokens, Strings{},
+                     "Texts of tokens that end a completion besides eos, e.g. [\"<|im_end|>\"]."),
+
+      INKSTONE_FIELD(rl, init_checkpoint, "", "Checkpoint or run folder the policy and the reference start from."),
+      INKSTONE_FIELD(rl, task, "arithmetic", "Prompt source and verifier (rl/task.h).")
+          .one_of({"gsm8k", "math", "arithmetic", "countdown"}),
+      INKSTONE_FIELD(rl, task_path, "", "gsm8k: a jsonl file; math: a json array file (training problems)."),
+      INKSTONE_FIELD(rl, eval_path, "", "gsm8k, math: the held-out problems."),
+      INKSTONE_FIELD(rl, task_size, int64_t{10000}, "Procedural tasks: distinct problems.").at_least(1),
+      INKSTONE_FIELD(rl, difficulty, int64_t{1}, "Procedural tasks: terms, digits or numbers.").range(1, 100),
+      INKSTONE_FIELD(rl, task_seed, int64_t{0}, "Procedural tasks: seed of the training problems.").at_least(0),
+      INKSTONE_FIELD(rl, eval_seed, int64_t{1}, "Procedural tasks: seed of the held-out problems.").at_least(0),
+      INKSTONE_FIELD(rl, prompt_template, "{question}\n", "How a problem is shown; {question} is replaced."),
+      INKSTONE_FIELD(rl, rewards, (Strings{"correct"}), "Rewards summed, each \"name\" or \"name=weight\"."),
+      INKSTONE_FIELD(rl, prompts_per_step, int64_t{8}, "Prompts per rollout batch.").at_least(1),
+      INKSTONE_FIELD(rl, group_size, int64_t{8}, "Rollouts per prompt (G).").at_least(2),
+      INKSTONE_FIELD(rl, epochs, int64_t{1}, "Optimisation passes over each rollout batch.").at_least(1),
+      INKSTONE_FIELD(rl, mini_batches, int64_t{1}, "Optimizer steps per epoch; must divide prompts_per_step.")
+          .at_least(1),
+      INKSTONE_FIELD(rl, max_new_tokens, int64_t{64}, "Longest completion (also Dr.GRPO's normaliser).")
+          .at_least(1),
+      INKSTONE_FIELD(rl, temperature, 1.0, "Rollout temperature; the trainer's log-probs use it too.")
+          .range(1e-3, 100),
+      INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").positive_up_to(1),
+      INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos)."),
+      INKSTONE_FIELD(rl, reference, "initial", "initial: a frozen copy of the initial policy; old: the rollout "
+                     "policy (drift d = 0).")
+          .one_of({"initial", "old"}),
+      INKSTONE_FIELD(rl, eval_prompts, int64_t{64}, "Held-out problems per evaluation.").at_least(1),
+      INKSTONE_FIELD(rl, eval_samples, int64_t{8}, "Samples per held-out problem (pass@1 is their mean).")
+          .at_least(1),
+      INKSTONE_FIELD(rl, eval_temperature, 1.0, "Evaluation sampling temperature.").range(1e-3, 100),
+
+      INKSTONE_FIELD(gflowrl, beta, 8.0, "Inverse temperature of the reward in the target pi_ref exp(beta r).")
+          .range(0, 1e6),
+      INKSTONE_FIELD(gflowrl, push_up, 0.28, "Flow-gap clip bound where gradient descent raises log pi (g < 0).")
+          .range(0, inf),
+      INKSTONE_FIELD(gflowrl, push_down, 0.2, "Flow-gap clip bound where it lowers log pi (g > 0).")
+          .range(0, inf),
+      INKSTONE_FIELD(gflowrl, is_eps, 0.2, "IS weight cap: w = min(ratio, 1 + is_eps).").range(0, inf),
+      INKSTONE_FIELD(gflowrl, is_ratio, "geometric", "raw: exp(rho); geometric: exp(rho / |y|).")
+          .one_of({"raw", "geometric"}),
+      INKSTONE_FIELD(gflowrl, norm, "none", "Length normalisation of the drift and ratio terms.")
+          .one_of({"none", "both", "paper"}),
+      INKSTONE_FIELD(gflowrl, filter_degenerate, true, "Drop groups whose rewards are all equal."),
+      INKSTONE_FIELD(gflowrl, tis_cap, 0.0, "Truncated IS cap against rollout/trainer drift; 0: off.")
+          .range(0, inf),
+
+      INKSTONE_FIELD(grpo, eps_low, 0.2, "PPO ratio clip below 1.").range(0, 1),
+      INKSTONE_FIELD(grpo, eps_high, 0.2, "PPO ratio clip above 1 (DAPO clip-higher: 0.28).").range(0, inf),
+      INKSTONE_FIELD(grpo, scale_rewards, "group", "group: divide advantages by the group std; none: Dr.GRPO.")
+          .one_of({"group", "none"}),
+      INKSTONE_FIELD(grpo, adv_eps, 1e-4, "Added to the group std.").range(0, 1),
+      INKSTONE_FIELD(grpo, aggregation, "token_mean", "How per-token losses become the batch loss.")
+          .one_of({"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"}),
+      INKSTONE_FIELD(grpo, kl_coef, 0.0, "k3 KL penalty to the reference per token; 0: off.").range(0, inf),
+
+      INKSTONE_FIELD(flowrl, beta, 15.0, "Scale of the z-scored reward in the residual (FlowRL's code: 15).")
+          .range(0, 1e6),
+      INKSTONE_FIELD(flowrl, is_cap, 10.0, "IS weight cap: w = min(exp(rho), is_cap).").range(1, inf),
+      INKSTONE_FIELD(flowrl, head_dropout, 0.1, "Dropout in the learned log Z head.").range(0, 1),
+  };
+  std::vector<FieldSpec> specs;
+  for (auto& b : f) specs.push_back(std::move(b.spec));
+  return specs;
+}
+
+#undef INKSTONE_FIELD
+
+}  // namespace
+
+std::string FieldSpec::type_name() const {
+  static const char* names[] = {"integer", "number", "boolean", "string", "list of strings"};
+  return names[default_value.index()];
+}
+
+const std::vector<FieldSpec>& config_schema() {
+  static const std::vector<FieldSpec> schema = build_schema();
+  return schema;
+}
+
+const std::vector<std::string>& config_sections() {
+  static const std::vector<std::string> sections = [] {
+    std::vector<std::string> out;
+    for (const auto& f : config_schema())
+      if (out.empty() || out.back() != f.section) out.push_back(f.section);
+    return out;
+  }();
+  return sections;
+}
+
+}  // namespace inkstone

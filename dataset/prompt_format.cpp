@@ -1,0 +1,61 @@
+#include "dataset/prompt_format.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "core/errors.h"
+
+namespace inkstone {
+namespace {
+
+std::string chatml_turn(std::string_view role, std::string_view content) {
+  return fmt::format("<|im_start|>{}\n{}<|im_end|>\n", role, content);
+}
+
+std::string llama3_header(std::string_view role) {
+  return fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n", role);
+}
+
+int32_t start_token(const std::string& start, const Tokenizer& tokenizer) {
+  if (start == "none") return -1;
+  const int32_t id = start == "bos" ? tokenizer.specials().bos : tokenizer.specials().eos;
+  if (id < 0) throw InputError(fmt::format("chat.prompt_start = \"{}\" but the tokenizer has no {} token", start, start));
+  return id;
+}
+
+}  // namespace
+
+PromptFormat::PromptFormat(const ChatConfig& chat, const Tokenizer& tokenizer)
+    : chat_(chat), tokenizer_(tokenizer), start_id_(start_token(chat.prompt_start, tokenizer)) {
+  if (tokenizer.specials().eos >= 0) end_ids_.push_back(tokenizer.specials().eos);
+  for (const std::string& text : chat.stop_tokens) {
+    const auto ids = tokenizer.encode(text);
+    if (ids.size() != 1)
+      throw InputError(fmt::format("chat.stop_tokens: '{}' is {} tokens for this tokenizer, not one", text, ids.size()));
+    if (std::find(end_ids_.begin(), end_ids_.end(), ids[0]) == end_ids_.end()) end_ids_.push_back(ids[0]);
+  }
+}
+
+std::string PromptFormat::render(std::string_view user_message) const {
+  if (chat_.format == "chatml") {
+    const std::string system = chat_.system.empty() ? std::string() : chatml_turn("system", chat_.system);
+    return system + chatml_turn("user", user_message) + "<|im_start|>assistant\n";
+  }
+  if (chat_.format == "llama3") {
+    const std::string system =
+        chat_.system.empty() ? std::string() : llama3_header("system") + chat_.system + "<|eot_id|>";
+    return system + llama3_header("user") + std::string(user_message) + "<|eot_id|>" + llama3_header("assistant");
+  }
+  return std::string(user_message);
+}
+
+std::vector<int32_t> PromptFormat::encode(std::string_view user_message) const {
+  std::vector<int32_t> ids;
+  if (start_id_ >= 0) ids.push_back(start_id_);
+  const auto body = tokenizer_.encode(render(user_message));
+  ids.insert(ids.end(), body.begin(), body.end());
+  return ids;
+}
+
+}  // namespace inkstone

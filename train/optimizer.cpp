@@ -1,0 +1,128 @@
+// AdamW (Loshchilov & Hutter 2019) with weight decay only on matrices; norms, biases, embeddings excluded.
+#include "train/optimizer.h"
+
+#include <algorithm>
+#include <limits>
+
+#include "core/torch_compat.h"
+
+namespace inkstone {
+
+std::string parameter_role(const std::string& name) {
+  if (name.find("norm") != std::string::npos) return "norm";
+  if (name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0) return "bias";
+  if (name.find("embed") != std::string::npos) return "embedding";
+  return "";
+}
+
+ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std::vector<std::string>& no_decay) {
+  ParameterGroups groups;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    if (!item.value().requires_grad()) continue;
+    const std::string role = parameter_role(item.key());
+    const bool exempt = !role.empty() && std::find(no_decay.begin(), no_decay.end(), role) != no_decay.end();
+    (exempt ? groups.no_decay : groups.decay).emplace_back(item.key(), item.value());
+  }
+  return groups;
+}
+
+std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& o) {
+  auto options = [&](double weight_decay) {
+    return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o.learning_rate)
+                                                            .betas({o.beta1, o.beta2})
+                                                            .eps(o.eps)
+                                                            .weight_decay(weight_decay));
+  };
+  auto tensors = [](const NamedTensors& named) {
+    std::vector<torch::Tensor> out;
+    for (const auto& [name, p] : named) out.push_back(p);
+    return out;
+  };
+  std::vector<torch::optim::OptimizerParamGroup> param_groups;
+  param_groups.emplace_back(tensors(groups.decay), options(o.weight_decay));
+  if (!groups.no_decay.empty()) param_groups.emplace_back(tensors(groups.no_decay), options(0.0));
+  return std::make_unique<AdamW>(std::move(param_groups), torch::optim::AdamWOptions(o.learning_rate));
+}
+
+void set_learning_rate(torch::optim::Optimizer& optimizer, double lr) {
+  for (auto& group : optimizer.param_groups())
+    static_cast<torch::optim::AdamWOptions&>(group.options()).lr(lr);
+}
+
+torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm) {
+  std::vector<torch::Tensor> grads;
+  for (const auto& p : parameters)
+    if (p.grad().defined()) grads.push_back(p.grad().detach());
+  if (grads.empty()) return torch::zeros({});
+  // Multi-tensor kernels: a handful of launches on a GPU instead of two per parameter.
+  const auto total = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).norm(2);
+  if (max_norm > 0) {
+    // coefficient = min(1, max_norm / (norm + 1e-6)), applied as a tensor to stay on the device.
+    compat::scale_all_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));
+  }
+  return total;
+}
+
+torch::Tensor all_finite(const std::vector<torch::Tensor>& parameters) {
+  if (parameters.empty()) return torch::ones({}, torch::kBool);
+  std::vector<torch::Tensor> detached;
+  for (const auto& p : parameters) detached.push_back(p.detach());
+  // max |x| per tensor is finite exactly when every element is (NaN propagates through the maximum; unlike a sum
+  // of squares it cannot overflow).
+  return torch::stack(at::_foreach_norm(detached, std::numeric_limits<double>::infinity())).isfinite().all();
+}
+
+torch::Tensor AdamW::step(LossClosure closure) {
+  if (!fused_step_applies()) return torch::optim::AdamW::step(std::move(closure));
+  torch::NoGradGuard no_grad;
+  for (auto& group : param_groups()) {
+    const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
+    std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      auto& slot = state()[compat::optimizer_state_key(p)];
+      if (!slot) {
+        auto fresh = std::make_unique<torch::optim::AdamWParamState>();
+        fresh->exp_avg(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        fresh->exp_avg_sq(torch::zeros_like(p, torch::MemoryFormat::Preserve));
+        slot = std::move(fresh);
+      }
+      auto& s = static_cast<torch::optim::AdamWParamState&>(*slot);
+      s.step(s.step() + 1);
+      params.push_back(p);
+      grads.push_back(p.grad());
+      exp_avgs.push_back(s.exp_avg());
+      exp_avg_sqs.push_back(s.exp_avg_sq());
+      steps.push_back(device_step(p, s.step()));
+    }
+    if (params.empty()) continue;
+    const auto [beta1, beta2] = o.betas();
+    compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps());
+  }
+  return {};
+}
+
+bool AdamW::fused_step_applies() const {
+  if (!compat::kHasFusedAdamW) return false;
+  for (const auto& group : param_groups()) {
+    if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) return false;
+    for (const auto& p : group.params())
+      if (!p.is_cuda() || p.scalar_type() != torch::kFloat) return false;
+  }
+  return true;
+}
+
+// The fused kernel reads the step count from a device tensor; it mirrors the host count, which checkpoints keep,
+// and is rebuilt from it whenever the two could differ (a fresh parameter, a resumed state).
+torch::Tensor AdamW::device_step(const torch::Tensor& p, int64_t step) {
+  auto& [count, tensor] = device_steps_[p.unsafeGetTensorImpl()];
+  if (!tensor.defined() || count != step - 1) {
+    tensor = torch::full({}, static_cast<double>(step), p.options().dtype(torch::kFloat));
+  } else {
+    tensor.add_(1);
+  }
+  count = step;
+  return tensor;
+}
+
+}  // namespace inkstone
