@@ -1,7 +1,7 @@
 // The inkstone side of bench/run: one measurement per process (so peak RSS is the measurement's own), printed
 // as one JSON line. Each mode drives the library the way `inkstone train` and `inkstone sample` do (run setup,
-// Trainer, samplers, rollout engine) and writes the weights and inputs it used to share.safetensors in the work
-// folder, so the Python peer (bench/peers/) starts from the same weights and data and can check its loss.
+// training session, samplers, rollout engine) and writes the weights and inputs it used to share.safetensors in the
+// work folder, so the Python peer (bench/peers/) starts from the same weights and data and can check its loss.
 #include <sys/resource.h>
 
 #include <algorithm>

@@ -89,8 +89,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, rope_original_max_len, int64_t{8192}, "llama3: the context the base frequencies served.")
           .range(1, 1 << 24),
       INKSTONE_FIELD(model, tie_embeddings, true, "Share the token embedding with the output head."),
-      INKSTONE_FIELD(model, init, "normal", "Weight init scheme: normal (fixed init_std) or gamma "
-                     "(std = fan_in^-gamma).").one_of({"normal", "gamma"}),
+      INKSTONE_FIELD(model, init, "normal", "Weight init scheme by its registered name (models/init.cpp), e.g. normal "
+                     "(fixed init_std) or gamma (std = fan_in^-gamma)."),
       INKSTONE_FIELD(model, init_std, 0.02, "Std of the normal init.").positive_up_to(1),
       INKSTONE_FIELD(model, init_gamma, 1.0, "init = gamma: every matrix N(0, fan_in^(-2 gamma)); 0.5 is LeCun.")
           .range(0, 4),
@@ -277,8 +277,7 @@ std::vector<FieldSpec> build_schema() {
                      "Texts of tokens that end a completion besides eos, e.g. [\"<|im_end|>\"]."),
 
       INKSTONE_FIELD(rl, init_checkpoint, "", "Checkpoint or run folder the policy and the reference start from."),
-      INKSTONE_FIELD(rl, task, "arithmetic", "Prompt source and verifier (rl/task.h).")
-          .one_of({"gsm8k", "math", "arithmetic", "countdown"}),
+      INKSTONE_FIELD(rl, task, "arithmetic", "Prompt source and verifier by its registered name (rl/task_registry.cpp)."),
       INKSTONE_FIELD(rl, task_path, "", "gsm8k: a jsonl file; math: a json array file (training problems)."),
       INKSTONE_FIELD(rl, eval_path, "", "gsm8k, math: the held-out problems."),
       INKSTONE_FIELD(rl, task_size, int64_t{10000}, "Procedural tasks: distinct problems.").at_least(1),

@@ -27,7 +27,7 @@ class AuxiliarySource {
 };
 
 // Over every AuxiliarySource inside `model`: losses summed, metrics merged (a name several layers report is
-// summed). Inline, so that the trainer needs no link dependency on the model library.
+// summed).
 inline AuxiliaryOutputs take_auxiliary(torch::nn::Module& model) {
   AuxiliaryOutputs total;
   for (const auto& module : model.modules()) {

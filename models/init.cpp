@@ -56,12 +56,27 @@ InitScheme gamma_scheme(const ModelConfig& config) {
   };
 }
 
-const std::map<std::string, std::function<InitScheme(const ModelConfig&)>>& schemes() {
-  static const std::map<std::string, std::function<InitScheme(const ModelConfig&)>> registry = {
-      {"normal", normal_scheme},
-      {"gamma", gamma_scheme},
+struct RegisteredScheme {
+  std::function<InitScheme(const ModelConfig&)> make;
+  bool follows_width;  // σ already scales with fan_in, so x-shaped widths need no correction
+};
+
+const std::map<std::string, RegisteredScheme>& schemes() {
+  static const std::map<std::string, RegisteredScheme> registry = {
+      {"normal", {normal_scheme, false}},
+      {"gamma", {gamma_scheme, true}},
   };
   return registry;
+}
+
+const RegisteredScheme& registered_scheme(const ModelConfig& config) {
+  const auto found = schemes().find(config.init);
+  if (found == schemes().end()) {
+    std::string known;
+    for (const auto& [name, scheme] : schemes()) known += (known.empty() ? "" : ", ") + name;
+    throw InputError(fmt::format("model.init = '{}' is not a known scheme ({})", config.init, known));
+  }
+  return found->second;
 }
 
 }  // namespace
@@ -81,14 +96,8 @@ std::string to_string(ParamRole role) {
   return "?";
 }
 
-InitScheme make_init_scheme(const ModelConfig& config) {
-  const auto found = schemes().find(config.init);
-  if (found == schemes().end()) {
-    std::string known;
-    for (const auto& [name, make] : schemes()) known += (known.empty() ? "" : ", ") + name;
-    throw InputError(fmt::format("model.init = '{}' is not a known scheme ({})", config.init, known));
-  }
-  return found->second(config);
-}
+InitScheme make_init_scheme(const ModelConfig& config) { return registered_scheme(config).make(config); }
+
+bool init_scheme_follows_width(const ModelConfig& config) { return registered_scheme(config).follows_width; }
 
 }  // namespace inkstone

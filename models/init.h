@@ -30,5 +30,7 @@ using InitScheme = std::function<void(const std::string& name, torch::Tensor& pa
 
 // The scheme registered under config.init; throws InputError naming the known schemes otherwise.
 InitScheme make_init_scheme(const ModelConfig& config);
+// Whether the scheme's σ follows each matrix's fan_in (γ-init), so layers of another width need no correction.
+bool init_scheme_follows_width(const ModelConfig& config);
 
 }  // namespace inkstone

@@ -64,6 +64,12 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(layer_config(config, widths_[i]), i));
   if (config.residual != "plain") routing = register_module("routing", ResidualRouter(config));
+  if (config.width_profile == "uniform") {
+    start_stream_ = residual_stream_starter(config, routing.is_empty() ? nullptr : routing.get());
+  } else {
+    start_stream_ = [widths = widths_, carry = config.width_expand == "carry_forward"](const torch::Tensor& embedding)
+        -> std::unique_ptr<ResidualStream> { return std::make_unique<WidthVaryingStream>(widths, carry, embedding); };
+  }
   final_norm = register_module("final_norm", RMSNorm(widths_.back(), config.norm_eps));
   rope_omega_ = rope_frequencies(resolved_head_dim(config), config.rope_theta, resolved_rope_scaling(config));
   if (config.time_conditioning) {
@@ -76,7 +82,7 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   torch::NoGradGuard no_grad;
   const auto scheme = make_init_scheme(config);
   for (auto& item : named_parameters()) scheme(item.key(), item.value(), role_of(item.key()));
-  if (config.init == "normal") scale_init_to_layer_widths();
+  if (!init_scheme_follows_width(config)) scale_init_to_layer_widths();
 }
 
 // A fixed σ keeps Var ∝ 1/fan_in only at d_model: layer i's matrices get σ·√(d_model / w_i) (docs/backbones.md,
@@ -167,15 +173,8 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   }
 
   const auto embedding = embed_streams(tokens);
-  WidthVaryingStream* varying = nullptr;
-  std::unique_ptr<ResidualStream> stream;
-  if (config_.width_profile == "uniform") {
-    stream = start_residual_stream(config_, routing.is_empty() ? nullptr : routing.get(), embedding);
-  } else {
-    auto owned = std::make_unique<WidthVaryingStream>(widths_, config_.width_expand == "carry_forward", embedding);
-    varying = owned.get();
-    stream = std::move(owned);
-  }
+  const std::unique_ptr<ResidualStream> stream = start_stream_(embedding);
+  const auto* varying = dynamic_cast<const WidthVaryingStream*>(stream.get());
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     auto& block = *blocks[i]->as<BlockImpl>();
     const auto m = block.modulations(cond);

@@ -104,6 +104,7 @@ class LanguageModelImpl : public torch::nn::Module {
   int64_t token_count_;
   std::vector<int64_t> widths_;
   StreamLayout streams_;
+  ResidualStreamStarter start_stream_;  // plain, routed or width-varying: decided once, at construction
   torch::Tensor rope_omega_;  // RoPE frequencies of the model width, float64, on the device of the last forward
 };
 TORCH_MODULE(LanguageModel);

@@ -171,19 +171,26 @@ class DeltaStream : public ResidualStream {
 
 }  // namespace
 
-std::unique_ptr<ResidualStream> start_residual_stream(const ModelConfig& config, ResidualRouterImpl* router,
-                                                      const torch::Tensor& embedding) {
+ResidualStreamStarter residual_stream_starter(const ModelConfig& config, ResidualRouterImpl* router) {
+  using Stream = std::unique_ptr<ResidualStream>;
   const auto& mode = config.residual;
-  if (mode == "plain") return std::make_unique<PlainStream>(embedding);
+  if (mode == "plain")
+    return [](const torch::Tensor& embedding) -> Stream { return std::make_unique<PlainStream>(embedding); };
   TORCH_CHECK(router != nullptr, "residual routing '", mode, "' needs the model's router");
+  const int64_t heads = config.residual_heads;
   if (mode == "attnres" || mode == "mhar")
-    return std::make_unique<FullRoutingStream>(*router, config.residual_heads, embedding);
+    return [router, heads](const torch::Tensor& embedding) -> Stream {
+      return std::make_unique<FullRoutingStream>(*router, heads, embedding);
+    };
   if (mode == "block_attnres")
-    return std::make_unique<BlockRoutingStream>(*router, config.residual_heads, routing_block_size(config),
-                                                embedding);
+    return [router, heads, block_size = routing_block_size(config)](const torch::Tensor& embedding) -> Stream {
+      return std::make_unique<BlockRoutingStream>(*router, heads, block_size, embedding);
+    };
   TORCH_CHECK(mode == "delta", "unknown residual routing '", mode, "'");
   const int64_t block_size = config.residual_delta == "block" ? routing_block_size(config) : 0;
-  return std::make_unique<DeltaStream>(*router, config.residual_heads, block_size, config.n_layers, embedding);
+  return [router, heads, block_size, layers = config.n_layers](const torch::Tensor& embedding) -> Stream {
+    return std::make_unique<DeltaStream>(*router, heads, block_size, layers, embedding);
+  };
 }
 
 }  // namespace inkstone

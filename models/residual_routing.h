@@ -9,6 +9,7 @@
 //                  other gates: σ(a), σ(⟨w, p⟩ + a) per token, or none (α = 1)
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -80,9 +81,11 @@ class ResidualStream {
   virtual void add(int64_t site, const torch::Tensor& output) = 0;
 };
 
-// The stream config.residual names; router is unused (may be null) for plain.
-std::unique_ptr<ResidualStream> start_residual_stream(const ModelConfig& config, ResidualRouterImpl* router,
-                                                      const torch::Tensor& embedding);
+// Starts the residual stream of one forward pass from its embedding.
+using ResidualStreamStarter = std::function<std::unique_ptr<ResidualStream>(const torch::Tensor& embedding)>;
+// The starter of the stream config.residual names, chosen once so that no forward compares the mode's name;
+// `router` (unused, may be null, for plain) must outlive it.
+ResidualStreamStarter residual_stream_starter(const ModelConfig& config, ResidualRouterImpl* router);
 
 // Layers per block of a blocked routing mode: S = ⌈L / N_b⌉.
 int64_t routing_block_size(const ModelConfig& config);

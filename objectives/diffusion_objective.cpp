@@ -18,7 +18,10 @@ torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConf
 }
 
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer)
-    : config_(config),
+    : diffusion_(config.diffusion),
+      time_conditioning_(config.model.time_conditioning),
+      padded_windows_(config.data.mode == "pad"),
+      eval_seed_(static_cast<uint64_t>(config.run.seed)),
       schedule_(make_noise_schedule(config.diffusion)),
       support_(tokenizer, config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size(),
                config.diffusion.noise_specials) {}
@@ -26,7 +29,7 @@ DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& to
 ObjectiveNeeds DiffusionObjective::needs() const {
   ObjectiveNeeds needs;
   needs.mask = MaskMode::bidirectional;
-  needs.time_input = config_.model.time_conditioning;
+  needs.time_input = time_conditioning_;
   needs.window_extra = 0;
   return needs;
 }
@@ -57,7 +60,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   ForwardArgs args;
   args.mask = MaskMode::bidirectional;
   // Packed windows are always full; a padding mask there would only cost attention its fused kernel.
-  if (config_.data.mode == "pad") args.key_padding = batch.real;
+  if (padded_windows_) args.key_padding = batch.real;
   args.documents = batch.documents;
   const auto alpha = schedule_->alpha(t);
   if (model.config().time_conditioning) {
@@ -68,7 +71,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   DiffusionScores s;
   s.real = batch.real;
   s.nelbo = token_nelbo(logits, batch.tokens, z, alpha, schedule_->alpha_prime(t)).masked_fill(~s.real, 0.0);
-  s.weighted = s.nelbo * training_weight(*schedule_, config_.diffusion, t);
+  s.weighted = s.nelbo * training_weight(*schedule_, diffusion_, t);
   s.corrupted = z.ne(batch.tokens) & s.real;
   return s;
 }
@@ -80,8 +83,8 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
     checked_ = true;
   }
   const auto& x = batch.tokens;
-  const int64_t per_row = config_.diffusion.per_token_t ? x.size(1) : 1;
-  const auto t = sample_training_time(config_.diffusion, x.size(0), per_row, batch.first_row, batch.total_rows,
+  const int64_t per_row = diffusion_.per_token_t ? x.size(1) : 1;
+  const auto t = sample_training_time(diffusion_, x.size(0), per_row, batch.first_row, batch.total_rows,
                                       x.device());
   const auto z = torch::where(batch.real, corrupt(x, schedule_->alpha(t), nullptr), x);
   const auto s = score(model, batch, t, z);
@@ -95,14 +98,14 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
 
 std::map<std::string, double> DiffusionObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   torch::NoGradGuard no_grad;
-  auto generator = at::detail::createCPUGenerator(static_cast<uint64_t>(config_.run.seed));
+  auto generator = at::detail::createCPUGenerator(eval_seed_);
   double nelbo_sum = 0.0, tokens = 0.0, corrupted = 0.0;
   for (int64_t i = 0; i < source.num_batches(); ++i) {
     const Batch batch = source.batch(i);
     check_clean_tokens(batch);
     const auto device = batch.tokens.device();
     const auto x = batch.tokens.cpu();
-    const auto t = eval_time_grid(config_.diffusion.t_min, x.size(0));
+    const auto t = eval_time_grid(diffusion_.t_min, x.size(0));
     const auto z = torch::where(batch.real.cpu(), corrupt(x, schedule_->alpha(t), &generator), x);
     const auto s = score(model, batch, t.to(device), z.to(device));
     nelbo_sum += s.nelbo.to(torch::kDouble).sum().item<double>();

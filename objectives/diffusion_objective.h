@@ -61,7 +61,10 @@ class DiffusionObjective : public Objective {
   // InputError naming the first real clean token outside the support, whose NELBO would be infinite.
   void check_clean_tokens(const Batch& batch) const;
 
-  Config config_;
+  DiffusionConfig diffusion_;
+  bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
+  bool padded_windows_;     // data.mode = pad: padding keys are masked out
+  uint64_t eval_seed_;      // run.seed: the evaluation's noise
   std::unique_ptr<NoiseSchedule> schedule_;
   NoiseSupport support_;
   bool checked_ = false;

@@ -93,8 +93,7 @@ RolloutSource::RolloutSource(TrainingSession& session)
 StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
   const int64_t group = rl_.group_size;
   const int64_t rank = rank_;
-  const auto prompts = draw_prompts(*train_problems_, seed_, step, rank,
-                                    rank_prompts());
+  const auto prompts = draw_prompts(*train_problems_, seed_, step, rank, rank_prompts());
   std::vector<std::vector<int32_t>> ids;
   const PromptFormat format(chat_, session.tokenizer());
   for (const auto& p : prompts) ids.push_back(format.encode(p.text));
@@ -104,13 +103,14 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
   options.max_new_tokens = rl_.max_new_tokens;
   options.sampling.temperature = rl_.temperature;
   options.sampling.top_p = rl_.top_p;
-  const uint64_t rollout_hash = rank == 0 ? counter_hash({seed_, static_cast<uint64_t>(step)})
-                                          : counter_hash({seed_, static_cast<uint64_t>(step), static_cast<uint64_t>(rank)});
+  const auto step_key = static_cast<uint64_t>(step);
+  const uint64_t rollout_hash = rank == 0 ? counter_hash({seed_, step_key})
+                                          : counter_hash({seed_, step_key, static_cast<uint64_t>(rank)});
   options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
-  Rollouts rollouts =
-      generate_rollouts(session.model(), session.tokenizer(), ids, options, step * rl_.prompts_per_step + rank * rank_prompts());
+  Rollouts rollouts = generate_rollouts(session.model(), session.tokenizer(), ids, options,
+                                        step * rl_.prompts_per_step + rank * rank_prompts());
 
   const int64_t rows = static_cast<int64_t>(rollouts.completions.size());
   std::vector<double> rewards;

@@ -37,7 +37,9 @@ const TaskEntry& find_task(std::string_view name) {
   for (const TaskEntry& task : kTasks) {
     if (task.name == name) return task;
   }
-  throw InputError(fmt::format("unknown task '{}' (expected gsm8k, math, arithmetic or countdown)", name));
+  std::string known;
+  for (const TaskEntry& task : kTasks) known += (known.empty() ? "" : ", ") + std::string(task.name);
+  throw InputError(fmt::format("rl.task = '{}' is not a registered task ({})", name, known));
 }
 
 std::string render_prompt(std::string_view prompt_template, std::string_view question) {

@@ -13,9 +13,9 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// The union of every rank's `names`, sorted, on every rank (`key` names this exchange in the store). An objective may log a metric on one rank and not on another (GFlowRL's flow-gap
-// percentiles need a non-degenerate group), and every rank must then reduce the same list. Collectives run on
-// `device` (NCCL takes CUDA tensors only).
+// The union of every rank's `names`, sorted, on every rank (`key` names this exchange in the store). An objective
+// may log a metric on one rank and not on another (GFlowRL's flow-gap percentiles need a non-degenerate group), and
+// every rank must then reduce the same list. Collectives run on `device` (NCCL takes CUDA tensors only).
 std::vector<std::string> names_on_any_rank(Distributed& distributed, const std::string& key,
                                            const std::vector<std::string>& names, torch::Device device) {
   std::string own;

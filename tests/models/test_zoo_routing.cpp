@@ -181,7 +181,7 @@ struct DrivenStream {
   explicit DrivenStream(ModelConfig c, const torch::Tensor& embedding) : config(std::move(c)) {
     router = ResidualRouter(config);
     router->to(torch::kDouble);
-    stream = start_residual_stream(config, router.get(), embedding);
+    stream = residual_stream_starter(config, router.get())(embedding);
   }
 };
 

@@ -1,4 +1,5 @@
-// The AR objective trained by the trainer: loss definition, gradient accumulation, exact resume, NaN guard.
+// The AR objective trained by the training session with the token-window source: loss definition, gradient
+// accumulation, exact resume, an objective's own weights, NaN guard.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -150,7 +151,8 @@ TEST_F(ArTraining, TwoHalfMicroBatchesEqualOneFullBatch) {
     return out;
   };
   auto full = grads({token_batch_to_device(batch, 0, 4, torch::kCPU)});
-  auto halves = grads({token_batch_to_device(batch, 0, 2, torch::kCPU), token_batch_to_device(batch, 2, 4, torch::kCPU)});
+  auto halves =
+      grads({token_batch_to_device(batch, 0, 2, torch::kCPU), token_batch_to_device(batch, 2, 4, torch::kCPU)});
   for (size_t i = 0; i < full.size(); ++i) {
     SCOPED_TRACE(params[i].first);
     EXPECT_LE((full[i] - halves[i]).abs().max().item<double>(), 1e-6);
@@ -173,6 +175,52 @@ TEST_F(ArTraining, ResumeContinuesBitExactly) {
   ASSERT_EQ(resumed.size(), 4u);
   for (int64_t step = 5; step <= 8; ++step) EXPECT_EQ(resumed.at(step), straight.at(step)) << "step " << step;
   EXPECT_LT(straight.at(8), straight.at(1));
+}
+
+// The AR loss scaled by a weight of the objective's own, exp(log_scale): what FlowRL's log Z head is for RL, here in
+// pretraining. The session must optimise it, checkpoint it and restore it.
+class ScaledArObjective : public Objective {
+ public:
+  explicit ScaledArObjective(const Config& config)
+      : inner_(make_objective(config, ByteTokenizer())), own_(std::make_shared<torch::nn::Module>()) {
+    log_scale_ = own_->register_parameter("log_scale", torch::zeros({}));
+  }
+  std::string name() const override { return inner_->name(); }
+  ObjectiveNeeds needs() const override { return inner_->needs(); }
+  LossOutput loss(LanguageModelImpl& model, const Batch& batch) override {
+    LossOutput out = inner_->loss(model, batch);
+    out.loss_sum = out.loss_sum * log_scale_.exp();
+    return out;
+  }
+  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override {
+    return inner_->evaluate(model, source);
+  }
+  std::shared_ptr<torch::nn::Module> trainable() override { return own_; }
+
+ private:
+  std::unique_ptr<Objective> inner_;
+  std::shared_ptr<torch::nn::Module> own_;
+  torch::Tensor log_scale_;
+};
+
+TEST_F(ArTraining, AnObjectivesOwnWeightsAreTrainedCheckpointedAndResumed) {
+  Config config = tiny_config(*corpus_);
+  TinyRun s = make_setup(config);
+  const auto straight_dir = *corpus_ / "own_weights_straight";
+  const auto straight = train_run(s, straight_dir, nullptr, std::make_unique<ScaledArObjective>(config));
+  const CheckpointData end = load_checkpoint(straight_dir / "checkpoints" / "step_000008");
+  ASSERT_EQ(end.objective.size(), 1u);
+  EXPECT_EQ(end.objective[0].first, "log_scale");
+  // d(loss)/d(log_scale) is the (positive) loss itself, so AdamW lowers it by about the learning rate per step.
+  EXPECT_LT(end.objective[0].second.item<double>(), -0.01);
+
+  const CheckpointData at4 = load_checkpoint(straight_dir / "checkpoints" / "step_000004");
+  const auto resumed_dir = *corpus_ / "own_weights_resumed";
+  const auto resumed = train_run(s, resumed_dir, &at4, std::make_unique<ScaledArObjective>(config));
+  for (int64_t step = 5; step <= 8; ++step) EXPECT_EQ(resumed.at(step), straight.at(step)) << "step " << step;
+  const CheckpointData resumed_end = load_checkpoint(resumed_dir / "checkpoints" / "step_000008");
+  ASSERT_EQ(resumed_end.objective.size(), 1u);
+  EXPECT_TRUE(torch::equal(resumed_end.objective[0].second, end.objective[0].second));
 }
 
 // Wraps the AR objective and poisons the loss on chosen calls.
@@ -201,8 +249,8 @@ TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
   Config config = tiny_config(*corpus_);
   config.train.max_bad_steps = 2;
   TinyRun s = make_setup(config);
-  auto losses = train_run(s, *corpus_ / "nan_skip", nullptr,
-                          std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{3, 6}));
+  auto poisoned = std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{3, 6});
+  auto losses = train_run(s, *corpus_ / "nan_skip", nullptr, std::move(poisoned));
   EXPECT_EQ(losses.size(), 6u);  // steps 3 and 6 skipped
   EXPECT_EQ(losses.count(3), 0u);
   EXPECT_EQ(losses.count(6), 0u);
