@@ -120,6 +120,10 @@ int train(const TrainOptions& o) {
   }
   if (checkpoint) {
     session.resume(*checkpoint, *source);
+    if (checkpoint->step >= config.train.steps)
+      throw InputError(fmt::format("the run in '{}' is already at step {} of train.steps = {}: raise train.steps "
+                                   "(--set train.steps=N) to continue it",
+                                   run_dir.string(), checkpoint->step, config.train.steps));
     if (main) fmt::print("resumed from step {}\n", checkpoint->step);
   }
   const TrainResult result = session.run(*source);

@@ -93,7 +93,7 @@ TEST(FiniteSettings, NanAndInfinityAreRefusedByKey) {
 }
 
 // A resumed run is the same run: a change to what it is (objective, data shape, optimizer) is refused by key before
-// anything trains; a longer run or another cadence is taken and logged.
+// anything trains; a longer run or another cadence is taken and logged; a finished run is refused.
 TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
   const auto dir = testing::temp_dir("resume_checks");
   const auto config = write_tiny_config(dir, 2);
@@ -114,6 +114,10 @@ TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
   EXPECT_NE(longer.output.find("resume: train.steps 2 -> 3"), std::string::npos) << longer.output;
   EXPECT_NE(longer.output.find("resume: train.log_interval 1 -> 2"), std::string::npos) << longer.output;
   EXPECT_EQ(load_checkpoint(run).step, 3);
+  // A finished run has nothing to continue: said, not a silent "done" without a checkpoint.
+  const auto finished = run_cli({"train", config.string(), "--run-dir", run, "--resume", "--set", "train.steps=3"});
+  EXPECT_EQ(finished.exit_code, 2) << finished.output;
+  EXPECT_NE(finished.output.find("already at step 3 of train.steps = 3"), std::string::npos) << finished.output;
   fs::remove_all(dir);
 }
 
