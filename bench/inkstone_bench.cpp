@@ -227,6 +227,12 @@ SamplingSetup sampling_setup(const BenchArgs& a, const std::string& objective, i
   return s;
 }
 
+// The forward process the setup's objective trains with, which the diffusion samplers invert.
+DiffusionProcess diffusion_process_of(const SamplingSetup& s) {
+  return diffusion_process_for(*make_objective(s.config, *s.ctx.tokenizer), s.config, *s.ctx.tokenizer,
+                               s.model->vocab_size());
+}
+
 void share_model(const BenchArgs& a, const LanguageModelImpl& model, NamedTensors share = {}) {
   add_weights(share, model);
   write_safetensors(a.work / "share.safetensors", share, shape_metadata(a, model));
@@ -234,7 +240,7 @@ void share_model(const BenchArgs& a, const LanguageModelImpl& model, NamedTensor
 
 nlohmann::json run_diffusion_sample(const BenchArgs& a) {
   auto s = sampling_setup(a, "uniform_diffusion", a.seq_len);
-  const auto process = diffusion_process_for(s.config, *s.ctx.tokenizer, s.model->vocab_size());
+  const auto process = diffusion_process_of(s);
   share_model(a, *s.model, {{"support", process.support->member_mask(torch::kCPU)}});
   const DiffusionCanvas canvas{torch::zeros({a.batch, a.seq_len}, torch::kLong),
                                torch::zeros({a.batch, a.seq_len}, torch::kBool)};
@@ -257,7 +263,7 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
 // in the run's precision; --denoise-steps timed repetitions after one untimed.
 nlohmann::json run_diffusion_step(const BenchArgs& a) {
   auto s = sampling_setup(a, "uniform_diffusion", a.seq_len);
-  const auto process = diffusion_process_for(s.config, *s.ctx.tokenizer, s.model->vocab_size());
+  const auto process = diffusion_process_of(s);
   const auto device = s.ctx.device;
   const int64_t vocab = s.model->vocab_size();
   const auto support = process.support->member_mask(device);

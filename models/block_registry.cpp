@@ -58,20 +58,23 @@ void check_pattern(const char* key, const std::string& pattern, const std::vecto
   }
 }
 
-}  // namespace
-
-const TokenMixerKind& token_mixer_of(const ModelConfig& config, int64_t layer) {
-  const char letter = expand_layer_pattern(config.mixer_pattern, config.n_layers).at(layer);
-  const auto* kind = find_kind(token_mixer_kinds(), letter);
+// The kind layer `layer`'s letter of `pattern` names.
+template <typename Part>
+const BlockPartKind<Part>& kind_of_layer(const std::vector<BlockPartKind<Part>>& kinds, const std::string& pattern,
+                                         const ModelConfig& config, int64_t layer) {
+  const auto* kind = find_kind(kinds, expand_layer_pattern(pattern, config.n_layers).at(layer));
   if (!kind) check_block_patterns(config);  // throws, naming the key
   return *kind;
 }
 
+}  // namespace
+
+const TokenMixerKind& token_mixer_of(const ModelConfig& config, int64_t layer) {
+  return kind_of_layer(token_mixer_kinds(), config.mixer_pattern, config, layer);
+}
+
 const FeedForwardKind& feed_forward_of(const ModelConfig& config, int64_t layer) {
-  const char letter = expand_layer_pattern(config.ffn_pattern, config.n_layers).at(layer);
-  const auto* kind = find_kind(feed_forward_kinds(), letter);
-  if (!kind) check_block_patterns(config);
-  return *kind;
+  return kind_of_layer(feed_forward_kinds(), config.ffn_pattern, config, layer);
 }
 
 void check_block_patterns(const ModelConfig& config) {

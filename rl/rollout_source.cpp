@@ -235,8 +235,8 @@ EvalReport RolloutSource::evaluate(TrainingSession& session) {
   options.first_problem = rank_ * share;
   options.problems = share;
   nlohmann::json line(evaluate_policy(session.model(), session.tokenizer(), *eval_problems_, rewards_, options));
-  reduce_line_over_ranks(line, session.distributed(), fmt::format("rl_eval_{}", optimizer_steps_),
-                         session.device(), {"problems"});
+  reduce_line_over_ranks(line, session.distributed(), fmt::format("rl_eval_{}", session.step()), session.device(),
+                         {"problems"});
   EvalReport report;
   report.metrics = line.get<std::map<std::string, double>>();
   report.line = line;

@@ -56,10 +56,10 @@ void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor&
 
 }  // namespace
 
-DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab) {
-  const auto objective = make_objective(config, tokenizer);
-  const auto* diffusion = dynamic_cast<const DiffusionObjective*>(objective.get());
-  if (!diffusion) throw InputError(fmt::format("objective '{}' has no diffusion sampler", config.objective.name));
+DiffusionProcess diffusion_process_for(const Objective& objective, const Config& config, const Tokenizer& tokenizer,
+                                       int64_t model_vocab) {
+  const auto* diffusion = dynamic_cast<const DiffusionObjective*>(&objective);
+  if (!diffusion) throw InputError(fmt::format("objective '{}' has no diffusion sampler", objective.name()));
   DiffusionProcess process;
   process.noise = diffusion->noise();
   process.schedule = make_noise_schedule(config.diffusion);

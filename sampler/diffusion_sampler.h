@@ -30,7 +30,8 @@ struct DiffusionProcess {
 
 // The process the run's objective trains with (a DiffusionObjective says its noise); InputError for an objective
 // that is not a diffusion objective.
-DiffusionProcess diffusion_process_for(const Config& config, const Tokenizer& tokenizer, int64_t model_vocab);
+DiffusionProcess diffusion_process_for(const Objective& objective, const Config& config, const Tokenizer& tokenizer,
+                                       int64_t model_vocab);
 
 // Logits [B, L, V] for noisy tokens z [B, L] at noise level σ = −log α_t ([B]).
 using Denoiser = std::function<torch::Tensor(const torch::Tensor& z, const torch::Tensor& sigma)>;

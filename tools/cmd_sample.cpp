@@ -122,7 +122,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
 int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
-  const DiffusionProcess process = diffusion_process_for(trained.config, tokenizer, trained.model->vocab_size());
+  const DiffusionProcess process = diffusion_process_for(*trained.objective, trained.config, tokenizer, trained.model->vocab_size());
 
   DiffusionSampleOptions options;
   options.steps = o.steps.value_or(defaults.steps);

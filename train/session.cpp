@@ -107,7 +107,6 @@ void TrainingSession::log(const nlohmann::json& line) {
 }
 
 UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
-  if (!weights_finite_.defined()) weights_finite_ = all_finite(parameters_);
   set_learning_rate(*optimizer_, lr);
   optimizer_->zero_grad();
   UpdateResult u;

@@ -100,7 +100,7 @@ class TrainingSession {
 
   // Zeroes the gradients, accumulates them over `micro_batches` at learning rate `lr`, clips, and steps unless
   // the loss or gradient is non-finite (counted, logged, fatal after train.max_bad_steps in a row) or the batch
-  // has no units. `step` is the training step the update belongs to (for messages).
+  // has no units. `step` is the training step the update belongs to (for messages). Only during run().
   UpdateResult update(const std::vector<Batch>& micro_batches, double lr, int64_t step);
   // The learning rate of optimizer step `k` of `total` (optim.learning_rate under the schedule).
   double learning_rate(int64_t k, int64_t total) const;
@@ -111,6 +111,7 @@ class TrainingSession {
   const Tokenizer& tokenizer() const { return *tokenizer_; }
   torch::Device device() const { return device_; }
   Distributed& distributed() { return *distributed_; }
+  int64_t step() const { return step_; }  // steps done
   bool autocast() const { return autocast_; }
   // Wall time of the run so far, earlier sessions of a resumed run included.
   double elapsed_s() const;
