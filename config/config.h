@@ -188,6 +188,7 @@ struct TrainConfig {
   int64_t checkpoint_interval;
   int64_t keep_checkpoints;
   int64_t max_bad_steps;
+  int64_t activation_checkpointing;  // 0: none; k: blocks 0, k, 2k, ... recompute their forward in backward
 };
 
 // Data-parallel runs (train/distributed.h); a single process ignores it.

@@ -233,6 +233,9 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(train, keep_checkpoints, int64_t{3}, "Checkpoints kept (oldest pruned).").at_least(1),
       INKSTONE_FIELD(train, max_bad_steps, int64_t{5}, "Consecutive NaN/Inf steps that stop the run.")
           .at_least(1),
+      INKSTONE_FIELD(train, activation_checkpointing, int64_t{0},
+                     "Recompute every k-th block's forward in backward (1: every block); 0: keep all activations.")
+          .at_least(0),
 
       INKSTONE_FIELD(distributed, timeout_s, 300.0,
                      "Seconds a rank waits for the others (rendezvous, any collective) before failing.")

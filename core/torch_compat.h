@@ -44,6 +44,14 @@ inline void set_cuda_autocast(bool enabled) {
   if (!enabled) at::autocast::clear_cache();
 }
 
+inline bool cuda_autocast_enabled() {
+#if INKSTONE_TORCH_AT_LEAST(2, 4)
+  return at::autocast::is_autocast_enabled(at::kCUDA);
+#else
+  return at::autocast::is_enabled();
+#endif
+}
+
 // bf16 autocast on CUDA for one scope; nothing when `enabled` is false.
 class CudaAutocastScope {
  public:

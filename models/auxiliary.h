@@ -7,8 +7,36 @@
 #include <vector>
 
 #include <torch/nn/module.h>
+#include <c10/core/GradMode.h>
 
 namespace inkstone {
+
+// Which pass of a sublayer's forward is running. Activation checkpointing (models/activation_checkpoint.h) runs a
+// checkpointed block twice: first without gradient, then again in backward with it.
+enum class ForwardPass {
+  plain,         // an ordinary forward: auxiliary outputs are recorded when gradient is enabled
+  checkpointed,  // the gradient-free first pass of a checkpointed block: losses recorded as values, statistics counted
+  recomputed,    // backward's second pass: losses recorded with their graph, statistics not counted again
+};
+inline thread_local ForwardPass current_forward_pass = ForwardPass::plain;
+
+// What a training-mode module records in the current pass.
+struct AuxiliaryRecording {
+  bool losses = false;
+  bool statistics = false;
+};
+inline AuxiliaryRecording auxiliary_recording(bool training) {
+  if (!training) return {};
+  switch (current_forward_pass) {
+    case ForwardPass::plain: {
+      const bool grad = torch::GradMode::is_enabled();
+      return {grad, grad};
+    }
+    case ForwardPass::checkpointed: return {true, true};
+    case ForwardPass::recomputed: return {true, false};
+  }
+  return {};
+}
 
 struct AuxiliaryOutputs {
   torch::Tensor loss;                            // 0-d, differentiable, already weighted; undefined: none
@@ -28,18 +56,18 @@ class AuxiliarySource {
 
 // Over every AuxiliarySource inside `model`: losses summed, metrics merged (a name several layers report is
 // summed).
+inline void add_auxiliary(AuxiliaryOutputs& total, const AuxiliaryOutputs& out) {
+  if (out.loss.defined()) total.loss = total.loss.defined() ? total.loss + out.loss : out.loss;
+  for (const auto& [name, value] : out.metrics) {
+    auto [it, fresh] = total.metrics.emplace(name, value);
+    if (!fresh) it->second = it->second + value;
+  }
+}
+
 inline AuxiliaryOutputs take_auxiliary(torch::nn::Module& model) {
   AuxiliaryOutputs total;
-  for (const auto& module : model.modules()) {
-    auto* source = dynamic_cast<AuxiliarySource*>(module.get());
-    if (source == nullptr) continue;
-    auto out = source->take_auxiliary();
-    if (out.loss.defined()) total.loss = total.loss.defined() ? total.loss + out.loss : out.loss;
-    for (auto& [name, value] : out.metrics) {
-      auto [it, fresh] = total.metrics.emplace(name, value);
-      if (!fresh) it->second = it->second + value;
-    }
-  }
+  for (const auto& module : model.modules())
+    if (auto* source = dynamic_cast<AuxiliarySource*>(module.get())) add_auxiliary(total, source->take_auxiliary());
   return total;
 }
 

@@ -175,11 +175,17 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   const auto embedding = embed_streams(tokens);
   const std::unique_ptr<ResidualStream> stream = start_stream_(embedding);
   const auto* varying = dynamic_cast<const WidthVaryingStream*>(stream.get());
+  const bool checkpointing = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() && !args.cache;
   for (int64_t i = 0; i < config_.n_layers; ++i) {
-    auto& block = *blocks[i]->as<BlockImpl>();
-    const auto m = block.modulations(cond);
-    stream->add(mixer_site(i), block.mixer_branch(stream->input(mixer_site(i)), layer_contexts[i], m[0]));
-    stream->add(ffn_site(i), block.ffn_branch(stream->input(ffn_site(i)), m[1]));
+    const auto block = blocks->ptr<BlockImpl>(i);
+    const auto m = block->modulations(cond);
+    const bool recompute = checkpointing && i % checkpoint_every_ == 0;
+    ResidualBranch mixer = [block, context = layer_contexts[i]](const torch::Tensor& x, const Modulation& mod) {
+      return block->mixer_branch(x, context, mod);
+    };
+    ResidualBranch ffn = [block](const torch::Tensor& h, const Modulation& mod) { return block->ffn_branch(h, mod); };
+    stream->add(mixer_site(i), run_branch(recompute, std::move(mixer), stream->input(mixer_site(i)), m[0], block));
+    stream->add(ffn_site(i), run_branch(recompute, std::move(ffn), stream->input(ffn_site(i)), m[1], block));
   }
   auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
   if (varying) x = varying->to_model_width(x, config_.d_model);
@@ -188,6 +194,12 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   if (args.cache && !fixed_window) args.cache->advance(slots);
   if (args.token_logits_only && token_count_ < vocab_size_) logits = logits.narrow(-1, 0, token_count_);
   return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
+}
+
+torch::Tensor LanguageModelImpl::run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x,
+                                           const Modulation& m, const std::shared_ptr<BlockImpl>& block) {
+  if (!recompute) return branch(x, m);
+  return checkpointed_branch(std::move(branch), x, m, block, block->attn_norm->weight, checkpointed_auxiliary_);
 }
 
 // Copies of the tokens from every stream's table, stream 1 first, interleaved into slots.

@@ -15,7 +15,9 @@
 #include <torch/nn/pimpl.h>
 
 #include "config/config.h"
+#include "models/activation_checkpoint.h"
 #include "models/attention_mask.h"
+#include "models/auxiliary.h"
 #include "models/hidden_streams.h"
 #include "models/init.h"
 #include "models/kv_cache.h"
@@ -25,6 +27,8 @@
 #include "models/time_embedding.h"
 
 namespace inkstone {
+
+class BlockImpl;
 
 struct ForwardArgs {
   MaskMode mask = MaskMode::causal;
@@ -60,7 +64,9 @@ struct ParamCounts {
   int64_t routing = 0;  // residual routing queries, key norms, null sources and gates (part of non_embedding)
 };
 
-class LanguageModelImpl : public torch::nn::Module {
+// An AuxiliarySource for the auxiliary losses of checkpointed blocks, which it holds as outputs of their
+// checkpointed nodes (models/activation_checkpoint.h).
+class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
  public:
   // Builds and initialises with the scheme named by config.init. token_count: the tokenizer's ids (<= vocab_size;
   // 0: all of vocab_size).
@@ -68,6 +74,11 @@ class LanguageModelImpl : public torch::nn::Module {
 
   // tokens: [B, T] int64.
   ForwardOut forward(const torch::Tensor& tokens, const ForwardArgs& args = {});
+
+  // Activation checkpointing in training forwards with gradient (docs/training.md): blocks 0, k, 2k, ... with
+  // every = k recompute their branches in backward; 0: none.
+  void set_activation_checkpointing(int64_t every) { checkpoint_every_ = every; }
+  AuxiliaryOutputs take_auxiliary() override { return std::exchange(checkpointed_auxiliary_, AuxiliaryOutputs{}); }
 
   // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
   KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
@@ -98,6 +109,8 @@ class LanguageModelImpl : public torch::nn::Module {
   ParamRole role_of(const std::string& name) const;
   void scale_init_to_layer_widths();
   torch::Tensor embed_streams(const torch::Tensor& tokens);
+  torch::Tensor run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
+                           const std::shared_ptr<BlockImpl>& block);
 
   ModelConfig config_;
   int64_t vocab_size_;
@@ -106,6 +119,8 @@ class LanguageModelImpl : public torch::nn::Module {
   StreamLayout streams_;
   ResidualStreamStarter start_stream_;  // plain, routed or width-varying: decided once, at construction
   torch::Tensor rope_omega_;  // RoPE frequencies of the model width, float64, on the device of the last forward
+  int64_t checkpoint_every_ = 0;
+  AuxiliaryOutputs checkpointed_auxiliary_;
 };
 TORCH_MODULE(LanguageModel);
 

@@ -95,17 +95,18 @@ torch::Tensor MoEImpl::forward(const torch::Tensor& u) {
   const auto weights = routing.weights.flatten().index_select(0, order).unsqueeze(1).to(x.dtype());
   auto y = torch::zeros_like(x).index_add(0, token_of, torch::cat(outputs) * weights);
   if (!shared.is_empty()) y = y + shared(x);
-  if (is_training() && torch::GradMode::is_enabled()) record_auxiliary(routing);
+  const AuxiliaryRecording recording = auxiliary_recording(is_training());
+  if (recording.losses) record_auxiliary(routing, recording.statistics);
   return y.view_as(u);
 }
 
-void MoEImpl::record_auxiliary(const Routing& routing) {
+void MoEImpl::record_auxiliary(const Routing& routing, bool count_load) {
   const double tokens = static_cast<double>(routing.logits.size(0));
   // f_i: the fraction of the N·k assignments that went to expert i.
   const auto counts = routing.logits.options().dtype(torch::kFloat);  // exact counts, also under bf16 autocast
   const auto load = torch::zeros({num_experts_}, counts)
                         .index_add_(0, routing.experts.flatten(), torch::ones({routing.experts.numel()}, counts));
-  load_since_update_ = load_since_update_.to(load.device()) + load;
+  if (count_load) load_since_update_ = load_since_update_.to(load.device()) + load;
   const auto fraction = load / (tokens * top_k_);
   const auto balance = aux_loss_coef_ * num_experts_ * (fraction * routing.probs.mean(0)).sum();
   const auto z = z_loss_coef_ * routing.logits.logsumexp(-1).pow(2).mean();

@@ -54,7 +54,8 @@ class MoEImpl : public FeedForward, public AuxiliarySource {
   SwiGLU shared{nullptr};                // the shared experts as one SwiGLU of n_shared times the width; optional
 
  private:
-  void record_auxiliary(const Routing& routing);
+  // count_load: false when backward recomputes the forward (activation checkpointing), whose tokens were counted.
+  void record_auxiliary(const Routing& routing, bool count_load);
 
   int64_t layer_index_;
   int64_t num_experts_;

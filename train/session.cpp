@@ -57,6 +57,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       autocast_(config_.run.precision == "bf16" && device.is_cuda()),
       distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   model_->to(device_);
+  model_->set_activation_checkpointing(config_.train.activation_checkpointing);
   auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
   if (auto own = objective_->trainable()) {
     own->to(device_);

@@ -8,9 +8,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "config/config_schema.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "tests/zoo_fixtures.h"
 #include "tools/run_setup.h"
 #include "train/session.h"
 #include "train/window_source.h"
@@ -18,35 +18,15 @@
 namespace inkstone {
 namespace {
 
-std::vector<std::string> zoo_config_names() {
-  std::vector<std::string> names;
-  const auto dir = testing::source_dir() / "configs" / "zoo";
-  if (std::filesystem::is_directory(dir))
-    for (const auto& entry : std::filesystem::directory_iterator(dir))
-      if (entry.path().extension() == ".toml") names.push_back(entry.path().stem().string());
-  std::sort(names.begin(), names.end());
-  return names;
-}
-
-bool schema_has(const std::string& section, const std::string& key) {
-  const auto& schema = config_schema();
-  return std::any_of(schema.begin(), schema.end(), [&](const FieldSpec& f) {
-    return f.section == section && f.key == key;
-  });
-}
-
-// The config's architecture at width 48 and context 32, 50 steps of 8 windows of the tiny word corpus. Keys a
-// variant does not have are left alone.
+// The config's architecture at width 48 and context 32, 50 steps of 8 windows of the tiny word corpus.
 std::vector<std::string> tiny_overrides(const Config& config, const std::filesystem::path& data,
                                         const std::filesystem::path& run_dir) {
-  std::vector<std::string> overrides = {
-      "model.d_model=48", "model.n_heads=4", "model.n_kv_heads=2", "model.head_dim=0", "model.ffn_dim=0",
-      "model.max_seq_len=32", "model.cond_dim=16", "data.seq_len=32", "data.path=\"" + data.string() + "\"",
-      "run.run_dir=\"" + run_dir.string() + "\"", "train.steps=50", "train.batch_size=8", "train.grad_accum=1",
-      "train.log_interval=10", "train.eval_interval=0", "train.eval_batches=1", "train.checkpoint_interval=0",
-      "optim.learning_rate=3e-3", "schedule.warmup_steps=5"};
-  if (config.model.moe_expert_ffn_dim > 0) overrides.push_back("model.moe_expert_ffn_dim=32");
-  if (schema_has("model", "width_quantum")) overrides.push_back("model.width_quantum=8");
+  std::vector<std::string> overrides = testing::tiny_zoo_model_overrides(config);
+  const std::vector<std::string> run = {
+      "data.path=\"" + data.string() + "\"", "run.run_dir=\"" + run_dir.string() + "\"", "train.steps=50",
+      "train.batch_size=8", "train.grad_accum=1", "train.log_interval=10", "train.eval_interval=0",
+      "train.eval_batches=1", "train.checkpoint_interval=0", "optim.learning_rate=3e-3", "schedule.warmup_steps=5"};
+  overrides.insert(overrides.end(), run.begin(), run.end());
   return overrides;
 }
 
@@ -68,7 +48,7 @@ class ZooConfigs : public ::testing::TestWithParam<std::string> {
 
   // Trains the shrunk config under `objective` and returns every step's loss.
   std::vector<double> train(const std::string& objective, std::vector<std::string> extra) {
-    const auto path = testing::source_dir() / "configs" / "zoo" / (GetParam() + ".toml");
+    const auto path = testing::zoo_config_path(GetParam());
     const auto run_dir = *corpus_ / (GetParam() + "_" + objective);
     auto overrides = tiny_overrides(load_config(path.string()), *corpus_ / "data", run_dir);
     overrides.push_back("objective.name=\"" + objective + "\"");
@@ -99,7 +79,7 @@ TEST_P(ZooConfigs, TrainsUnderArWithDecreasingLoss) {
   const auto losses = train("ar", {"model.time_conditioning=false"});
   ASSERT_EQ(losses.size(), 50u);
   EXPECT_LT(mean(losses, 40, 10), 0.8 * mean(losses, 0, 10)) << GetParam();
-  const Config config = load_config((testing::source_dir() / "configs" / "zoo" / (GetParam() + ".toml")).string());
+  const Config config = load_config(testing::zoo_config_path(GetParam()).string());
   if (config.model.ffn_pattern.find('M') != std::string::npos) {
     const auto lines = metric_lines("ar");
     ASSERT_FALSE(lines.empty());
@@ -113,12 +93,8 @@ TEST_P(ZooConfigs, TrainsUnderTimeConditionedUniformDiffusionWithDecreasingLoss)
   EXPECT_LT(mean(losses, 40, 10), 0.9 * mean(losses, 0, 10)) << GetParam();
 }
 
-INSTANTIATE_TEST_SUITE_P(Zoo, ZooConfigs, ::testing::ValuesIn(zoo_config_names()),
-                         [](const ::testing::TestParamInfo<std::string>& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), '-', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Zoo, ZooConfigs, ::testing::ValuesIn(testing::zoo_config_names()),
+                         [](const auto& info) { return testing::zoo_test_name(info.param); });
 GTEST_ALLOW_UNINSTANTIATED_PARAMETERIZED_TEST(ZooConfigs);
 
 }  // namespace

@@ -1,0 +1,117 @@
+// Activation checkpointing as a custom autograd function whose backward reruns the branch and backpropagates
+// through the rerun (the reentrant form: the nested backward accumulates the weights' gradients directly, so the
+// data-parallel gradient hooks on the weights fire as in an ordinary backward).
+#include "models/activation_checkpoint.h"
+
+#include <map>
+#include <string>
+
+#include <torch/autograd.h>
+
+#include "core/torch_compat.h"
+
+namespace inkstone {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// What the first pass leaves for backward besides the saved inputs.
+struct Replay {
+  ResidualBranch branch;
+  std::shared_ptr<torch::nn::Module> owner;
+  bool autocast = false;
+  std::map<std::string, torch::Tensor> metrics;  // the owner's auxiliary metrics of the first pass
+  // Which of x, the modulation's shift, scale and gate each saved input is: autograd takes defined tensors only.
+  std::vector<size_t> slots;
+
+  torch::Tensor run(const std::vector<torch::Tensor>& inputs) const {
+    std::vector<torch::Tensor> args(4);
+    for (size_t k = 0; k < slots.size(); ++k) args[slots[k]] = inputs[k];
+    return branch(args[0], {args[1], args[2], args[3]});
+  }
+};
+
+// saved_data holds IValues: the replay travels in a capsule.
+struct ReplayHolder : torch::CustomClassHolder {
+  explicit ReplayHolder(std::shared_ptr<Replay> r) : replay(std::move(r)) {}
+  std::shared_ptr<Replay> replay;
+};
+
+class ForwardPassScope {
+ public:
+  explicit ForwardPassScope(ForwardPass pass) : previous_(current_forward_pass) { current_forward_pass = pass; }
+  ~ForwardPassScope() { current_forward_pass = previous_; }
+  ForwardPassScope(const ForwardPassScope&) = delete;
+  ForwardPassScope& operator=(const ForwardPassScope&) = delete;
+
+ private:
+  ForwardPass previous_;
+};
+
+struct RecomputedBranch : torch::autograd::Function<RecomputedBranch> {
+  // Runs with gradient off (autograd's rule for a custom function's forward). Outputs: the branch's output and,
+  // when the owner recorded one, its auxiliary loss.
+  static variable_list forward(AutogradContext* ctx, std::shared_ptr<Replay> replay, at::TensorList inputs) {
+    ctx->save_for_backward(inputs.vec());
+    ctx->saved_data["replay"] = c10::IValue::make_capsule(c10::make_intrusive<ReplayHolder>(replay));
+    variable_list outputs;
+    {
+      ForwardPassScope pass(ForwardPass::checkpointed);
+      outputs.push_back(replay->run(inputs.vec()));
+    }
+    AuxiliaryOutputs aux = take_auxiliary(*replay->owner);
+    replay->metrics = std::move(aux.metrics);
+    if (aux.loss.defined()) outputs.push_back(aux.loss);
+    return outputs;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list output_grads) {
+    const auto replay = static_cast<ReplayHolder*>(ctx->saved_data["replay"].toCapsule().get())->replay;
+    std::vector<torch::Tensor> inputs;
+    for (const auto& saved : ctx->get_saved_variables())
+      inputs.push_back(saved.detach().requires_grad_(saved.requires_grad()));
+    variable_list outputs, grads;
+    {
+      torch::AutoGradMode grad(true);
+      ForwardPassScope pass(ForwardPass::recomputed);
+      compat::CudaAutocastScope autocast(replay->autocast);
+      outputs.push_back(replay->run(inputs));
+      grads.push_back(output_grads[0]);
+      const AuxiliaryOutputs aux = take_auxiliary(*replay->owner);
+      if (aux.loss.defined() && output_grads.size() > 1) {
+        outputs.push_back(aux.loss);
+        grads.push_back(output_grads[1]);
+      }
+    }
+    torch::autograd::backward(outputs, grads);
+    variable_list input_grads{torch::Tensor()};  // the replay argument
+    for (const auto& input : inputs) input_grads.push_back(input.grad());
+    input_grads.back() = torch::Tensor();  // the anchor: its gradient reached it directly in the rerun
+    return input_grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor checkpointed_branch(ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
+                                  std::shared_ptr<torch::nn::Module> owner, const torch::Tensor& anchor,
+                                  AuxiliaryOutputs& auxiliary) {
+  auto replay = std::make_shared<Replay>();
+  replay->branch = std::move(branch);
+  replay->owner = std::move(owner);
+  replay->autocast = compat::cuda_autocast_enabled();
+  std::vector<torch::Tensor> inputs;
+  const std::vector<torch::Tensor> candidates{x, m.shift, m.scale, m.gate};
+  for (size_t slot = 0; slot < candidates.size(); ++slot)
+    if (candidates[slot].defined()) {
+      replay->slots.push_back(slot);
+      inputs.push_back(candidates[slot]);
+    }
+  inputs.push_back(anchor);  // last, past the slots
+  const variable_list outputs = RecomputedBranch::apply(replay, at::TensorList(inputs));
+  add_auxiliary(auxiliary, {outputs.size() > 1 ? outputs[1] : torch::Tensor(), replay->metrics});
+  return outputs[0];
+}
+
+}  // namespace inkstone
