@@ -54,12 +54,26 @@ constexpr const char* kTokenizerFile = "tokenizer.json";
 constexpr const char* kStateFile = "state.json";
 // Only written when an objective has trainable weights of its own (FlowRL's log Z head).
 constexpr const char* kObjectiveFile = "objective.safetensors";
-// The files state.json describes; it is written after them, so its presence marks a complete write.
-const std::array<const char*, 4> kDataFiles = {kModelFile, kOptimizerFile, kConfigFile, kTokenizerFile};
+// The files state.json describes besides the optimizer state; it is written after them, so its presence marks a
+// complete write.
+const std::array<const char*, 3> kDataFiles = {kModelFile, kConfigFile, kTokenizerFile};
+constexpr const char* kShardsKey = "optimizer_shards";
+
+// The optimizer state's files: one, or one per rank of a ZeRO run.
+std::vector<std::string> optimizer_files(int64_t shards) {
+  if (shards == 0) return {kOptimizerFile};
+  std::vector<std::string> files;
+  for (int64_t r = 0; r < shards; ++r) files.push_back(optimizer_shard_file(r, shards));
+  return files;
+}
 
 constexpr const char* kTempMarker = ".tmp-";
 
 std::string step_folder_name(int64_t step) { return fmt::format("step_{:06d}", step); }
+
+fs::path shard_staging_folder(const fs::path& run_dir, int64_t step) {
+  return run_dir / "checkpoints" / fmt::format(".{}.shards", step_folder_name(step));
+}
 
 // `.step_000123.tmp-<pid><tag>`: hidden, in the same parent (so the rename is atomic), owned by this process.
 fs::path temp_folder(const fs::path& parent, int64_t step, const std::string& tag) {
@@ -166,13 +180,26 @@ void write_checkpoint_files(const fs::path& folder, const CheckpointData& data, 
     write_safetensors_streamed(folder / kModelFile, data.model_planned, {{"format", "pt"}});
   }
   done(kModelFile);
-  write_safetensors(folder / kOptimizerFile, data.optimizer);
-  done(kOptimizerFile);
+  const auto optimizer = optimizer_files(data.optimizer_shards);
+  if (data.optimizer_shards == 0) {
+    write_safetensors(folder / kOptimizerFile, data.optimizer);
+  } else {
+    // Same file system: the ranks' staged shards move in by rename.
+    const fs::path staged = shard_staging_folder(folder.parent_path().parent_path(), data.step);
+    for (const auto& file : optimizer) {
+      if (!fs::exists(staged / file))
+        throw std::runtime_error(fmt::format("checkpoint step {}: the optimizer shard {} was not staged in {}",
+                                             data.step, file, staged.string()));
+      fs::rename(staged / file, folder / file);
+    }
+  }
+  for (const auto& file : optimizer) done(file.c_str());
   write_file_atomic(folder / kConfigFile, data.config_toml);
   done(kConfigFile);
   write_file_atomic(folder / kTokenizerFile, data.tokenizer.dump(2) + "\n");
   done(kTokenizerFile);
-  std::vector<const char*> files(kDataFiles.begin(), kDataFiles.end());
+  std::vector<std::string> files(kDataFiles.begin(), kDataFiles.end());
+  files.insert(files.end(), optimizer.begin(), optimizer.end());
   if (!data.objective.empty()) {
     write_safetensors(folder / kObjectiveFile, data.objective);
     done(kObjectiveFile);
@@ -181,7 +208,8 @@ void write_checkpoint_files(const fs::path& folder, const CheckpointData& data, 
 
   nlohmann::json state = data.state.is_null() ? nlohmann::json::object() : data.state;
   state["step"] = data.step;
-  for (const char* file : files) {
+  if (data.optimizer_shards > 0) state[kShardsKey] = data.optimizer_shards;
+  for (const auto& file : files) {
     const FileDigest digest = digest_file(folder / file);
     state["files"][file] = {{"bytes", digest.bytes}, {"xxh64", digest.xxh64}};
   }
@@ -191,7 +219,7 @@ void write_checkpoint_files(const fs::path& folder, const CheckpointData& data, 
 }
 
 // Checks one data file against the size and hash state.json recorded for it.
-void verify_file(const fs::path& folder, const char* file, const nlohmann::json& files) {
+void verify_file(const fs::path& folder, const std::string& file, const nlohmann::json& files) {
   const fs::path path = folder / file;
   if (!fs::exists(path)) throw InputError(path.string() + ": missing from the checkpoint");
   const auto record = files.find(file);
@@ -214,7 +242,14 @@ CheckpointData load_folder(const fs::path& folder) {
   if (!state.is_object() || !state.contains("step") || !state["step"].is_number_integer() ||
       !state.contains("files") || !state["files"].is_object())
     throw InputError(state_path.string() + ": not a checkpoint state (needs an integer 'step' and a 'files' table)");
+  int64_t shards = 0;
+  if (state.contains(kShardsKey)) {
+    if (!state[kShardsKey].is_number_integer() || state[kShardsKey].get<int64_t>() < 1)
+      throw InputError(fmt::format("{}: '{}' must be a positive integer", state_path.string(), kShardsKey));
+    shards = state[kShardsKey].get<int64_t>();
+  }
   for (const char* file : kDataFiles) verify_file(folder, file, state["files"]);
+  for (const auto& file : optimizer_files(shards)) verify_file(folder, file, state["files"]);
   const bool has_objective = state["files"].contains(kObjectiveFile);
   if (has_objective) verify_file(folder, kObjectiveFile, state["files"]);
 
@@ -228,9 +263,12 @@ CheckpointData load_folder(const fs::path& folder) {
                                  folder.filename().string()));
   state.erase("step");
   state.erase("files");
+  state.erase(kShardsKey);
   data.state = std::move(state);
+  data.folder = folder;
+  data.optimizer_shards = shards;
   data.model = read_safetensors(folder / kModelFile).tensors;
-  data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
+  if (shards == 0) data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
   if (has_objective) data.objective = read_safetensors(folder / kObjectiveFile).tensors;
   data.config_toml = read_text(folder / kConfigFile);
   data.tokenizer = parse_json_file(folder / kTokenizerFile);
@@ -242,8 +280,9 @@ CheckpointData load_folder(const fs::path& folder) {
 fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, int64_t keep_last,
                          const CheckpointFileHook& after_file) {
   if (data.step < 0) throw std::invalid_argument("save_checkpoint: negative step");
-  if (data.state.contains("step") || data.state.contains("files"))
-    throw std::invalid_argument("save_checkpoint: 'step' and 'files' are reserved keys of the checkpoint state");
+  if (data.state.contains("step") || data.state.contains("files") || data.state.contains(kShardsKey))
+    throw std::invalid_argument("save_checkpoint: 'step', 'files' and 'optimizer_shards' are reserved keys of the "
+                                "checkpoint state");
   require_finite(data.model, "model", data.step);
   require_finite(data.objective, "objective", data.step);
   require_finite(data.optimizer, "optimizer", data.step);
@@ -258,6 +297,7 @@ fs::path save_checkpoint(const fs::path& run_dir, const CheckpointData& data, in
     if (fs::exists(final_folder)) remove_checkpoint_folder(final_folder, data.step, ".replaced");
     fs::rename(temp, final_folder);
     fsync_path(parent);
+    if (data.optimizer_shards > 0) fs::remove_all(shard_staging_folder(run_dir, data.step));
   } catch (...) {
     std::error_code ignored;
     fs::remove_all(temp, ignored);
@@ -290,6 +330,33 @@ CheckpointData load_checkpoint(const fs::path& dir_or_run_dir) {
   const auto latest = latest_checkpoint(dir_or_run_dir);
   if (!latest) throw InputError((dir_or_run_dir / "checkpoints").string() + ": no complete checkpoint");
   return load_folder(*latest);
+}
+
+std::string optimizer_shard_file(int64_t rank, int64_t shards) {
+  return fmt::format("optimizer.rank{:05d}-of-{:05d}.safetensors", rank, shards);
+}
+
+void stage_optimizer_shard(const fs::path& run_dir, int64_t step, int64_t rank, int64_t shards,
+                           const NamedTensors& state) {
+  require_finite(state, "optimizer", step);
+  const fs::path staged = shard_staging_folder(run_dir, step);
+  fs::create_directories(staged);
+  write_safetensors(staged / optimizer_shard_file(rank, shards), state);  // atomic: temporary file, then rename
+}
+
+NamedTensors read_optimizer_shard(const CheckpointData& checkpoint, int64_t rank) {
+  if (rank < 0 || rank >= checkpoint.optimizer_shards)
+    throw std::invalid_argument(fmt::format("read_optimizer_shard: no shard {} of {}", rank,
+                                            checkpoint.optimizer_shards));
+  return read_safetensors(checkpoint.folder / optimizer_shard_file(rank, checkpoint.optimizer_shards)).tensors;
+}
+
+void consolidate_optimizer_shards(CheckpointData& checkpoint) {
+  for (int64_t r = 0; r < checkpoint.optimizer_shards; ++r) {
+    auto shard = read_optimizer_shard(checkpoint, r);
+    checkpoint.optimizer.insert(checkpoint.optimizer.end(), shard.begin(), shard.end());
+  }
+  checkpoint.optimizer_shards = 0;
 }
 
 int64_t state_count(const CheckpointData& checkpoint, const std::string& key) {

@@ -3,7 +3,8 @@
 //
 //   RUN_DIR/checkpoints/step_000123/
 //     model.safetensors      weights by parameter name
-//     optimizer.safetensors  AdamW state by parameter name (checkpoint/optimizer_state.h)
+//     optimizer.safetensors  AdamW state by parameter name (checkpoint/optimizer_state.h); a ZeRO run's is in
+//                            one file per rank instead, optimizer.rank00001-of-00004.safetensors, ...
 //     config.toml            the resolved config
 //     tokenizer.json         the tokenizer document
 //     objective.safetensors  an objective's own trainable weights (FlowRL's log Z head); only when it has some
@@ -41,7 +42,21 @@ struct CheckpointData {
   std::string config_toml;
   nlohmann::json tokenizer;
   std::string state_origin = "state.json";  // load_checkpoint: the state.json path, for errors
+  // A sharded optimizer state (ZeRO, train/zero_sharding.h): the number of shard files, one per rank, instead of
+  // `optimizer`. save_checkpoint collects them from where the ranks staged them (stage_optimizer_shard);
+  // load_checkpoint verifies them and leaves the reading to read_optimizer_shard.
+  int64_t optimizer_shards = 0;
+  std::filesystem::path folder;  // load_checkpoint: the folder it read
 };
+
+std::string optimizer_shard_file(int64_t rank, int64_t shards);
+// Writes rank `rank`'s shard of step `step`'s optimizer state atomically into RUN_DIR/checkpoints/
+// .step_<step>.shards/, where save_checkpoint of that step (on rank 0, after every rank has staged) collects it.
+void stage_optimizer_shard(const std::filesystem::path& run_dir, int64_t step, int64_t rank, int64_t shards,
+                           const NamedTensors& state);
+NamedTensors read_optimizer_shard(const CheckpointData& checkpoint, int64_t rank);
+// Reads every shard into `optimizer`: an ordinary checkpoint, which resumes on any number of ranks.
+void consolidate_optimizer_shards(CheckpointData& checkpoint);
 
 // A trainer's own key of the checkpoint state; a missing key (without a fallback) or a value of another type is
 // an InputError naming state.json and the key. Integers must not be negative.

@@ -1,5 +1,7 @@
 #include "checkpoint/optimizer_state.h"
 
+#include <optional>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -25,6 +27,26 @@ void check_parameters_belong(const torch::optim::AdamW& optimizer, const NamedTe
 }
 
 const std::vector<std::string> kSuffixes = {".exp_avg", ".exp_avg_sq", ".step", ".max_exp_avg_sq"};
+
+// The parameter a state entry belongs to ("<parameter><suffix>"), if it is one of `names`.
+std::optional<std::string> parameter_of(const std::string& key, const std::unordered_set<std::string>& names) {
+  for (const auto& suffix : kSuffixes)
+    if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      std::string name = key.substr(0, key.size() - suffix.size());
+      if (names.count(name)) return name;
+    }
+  return std::nullopt;
+}
+
+std::unordered_set<std::string> names_of(const NamedTensors& parameters) {
+  std::unordered_set<std::string> names;
+  for (const auto& [name, p] : parameters) names.insert(name);
+  return names;
+}
+
+InputError foreign_entry(const std::string& origin, const std::string& key) {
+  return InputError(fmt::format("{}: optimizer state '{}' belongs to no parameter of this model", origin, key));
+}
 
 }  // namespace
 
@@ -58,16 +80,9 @@ void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& para
   std::map<std::string, torch::Tensor> by_name(state.begin(), state.end());
 
   // Every entry must belong to a known parameter, or the checkpoint is for another model.
-  std::unordered_set<std::string> names;
-  for (const auto& [name, p] : parameters) names.insert(name);
-  for (const auto& [key, tensor] : by_name) {
-    bool claimed = false;
-    for (const auto& suffix : kSuffixes)
-      if (key.size() > suffix.size() && key.compare(key.size() - suffix.size(), suffix.size(), suffix) == 0 &&
-          names.count(key.substr(0, key.size() - suffix.size())))
-        claimed = true;
-    if (!claimed) throw InputError(fmt::format("{}: optimizer state '{}' belongs to no parameter of this model", origin, key));
-  }
+  const auto names = names_of(parameters);
+  for (const auto& [key, tensor] : by_name)
+    if (!parameter_of(key, names)) throw foreign_entry(origin, key);
 
   optimizer.state().clear();
   for (const auto& [name, p] : parameters) {
@@ -127,6 +142,19 @@ void set_adamw_hyperparameters(torch::optim::AdamW& optimizer, const nlohmann::j
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: optimizer hyperparameters are malformed ({})", origin, e.what()));
   }
+}
+
+NamedTensors adamw_state_subset(const NamedTensors& state, const NamedTensors& all, const NamedTensors& subset,
+                                const std::string& origin) {
+  const auto known = names_of(all);
+  const auto wanted = names_of(subset);
+  NamedTensors out;
+  for (const auto& [key, tensor] : state) {
+    const auto name = parameter_of(key, known);
+    if (!name) throw foreign_entry(origin, key);
+    if (wanted.count(*name)) out.emplace_back(key, tensor);
+  }
+  return out;
 }
 
 }  // namespace inkstone

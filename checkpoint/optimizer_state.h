@@ -25,6 +25,10 @@ void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& para
 
 // The options of each param group, [{"lr", "beta1", "beta2", "eps", "weight_decay", "amsgrad"}, ...]: libtorch
 // restores none of them on load, and a schedule changes lr between steps.
+// The entries of `state` (an exported state of the parameters `all`) that belong to `subset` (a ZeRO rank's
+// shard); an entry of no parameter of `all` is an InputError naming `origin`.
+NamedTensors adamw_state_subset(const NamedTensors& state, const NamedTensors& all, const NamedTensors& subset,
+                                const std::string& origin);
 nlohmann::json adamw_hyperparameters(const torch::optim::AdamW& optimizer);
 void set_adamw_hyperparameters(torch::optim::AdamW& optimizer, const nlohmann::json& groups,
                                const std::string& origin);

@@ -1,7 +1,6 @@
 // `inkstone import hf SRC --out RUN_DIR`: a Hugging Face model folder (Qwen3, Qwen2, Llama, Mistral) into a run
 // folder whose step-0 checkpoint `sample`, `eval`, `train --resume` and rl.init_checkpoint accept. Weights stream
 // tensor by tensor from the shards into the checkpoint: peak memory is about one tensor, not the model.
-#include <sys/resource.h>
 
 #include <chrono>
 #include <set>
@@ -13,6 +12,7 @@
 #include "checkpoint/rng_state.h"
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "core/memory_usage.h"
 #include "dataset/prompt_format.h"
 #include "dataset/tokenizer.h"
 #include "interop/hf_config.h"
@@ -61,12 +61,6 @@ std::vector<PlannedTensor> plan_weights(const HfCheckpointFiles& files, const Mo
                                  files.file_of(name).string(), name, model.arch));
   }
   return planned;
-}
-
-double peak_resident_gib() {
-  rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
-  return static_cast<double>(usage.ru_maxrss) / (1024.0 * 1024.0);  // ru_maxrss is in KiB on Linux
 }
 
 int import_hf(const ImportOptions& o) {
@@ -121,7 +115,7 @@ int import_hf(const ImportOptions& o) {
              tokenizer->specials().eos, imported.template_note, config.chat.prompt_start,
              fmt::join(format.end_ids(), " "));
   fmt::print("wrote {} (fp32) in {:.1f} s, peak resident memory {:.2f} GiB\n", written.string(), seconds,
-             peak_resident_gib());
+             peak_resident_mib() / 1024.0);
   fmt::print("sample: inkstone sample --run-dir {} --prompt \"...\"\n", run_dir.string());
   return 0;
 }

@@ -27,5 +27,7 @@ void add_launch_command(CLI::App& app, Action& action);
 // `import hf` and `export hf`: Hugging Face model folders in and out (tools/cmd_import.cpp, tools/cmd_export.cpp).
 void add_import_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
+// `checkpoint consolidate`: a ZeRO checkpoint as an ordinary one (tools/cmd_checkpoint.cpp).
+void add_checkpoint_command(CLI::App& app, Action& action);
 
 }  // namespace inkstone::cli

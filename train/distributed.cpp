@@ -2,6 +2,8 @@
 // Distributed", VLDB 2020, section 3.2): bucketed all-reduce started from gradient hooks, overlapped with backward.
 #include "train/distributed.h"
 
+#include "core/counter_hash.h"
+
 #include <cstdlib>
 #include <deque>
 #include <optional>
@@ -21,6 +23,7 @@
 #endif
 
 #include "checkpoint/rng_state.h"
+#include "core/counter_hash.h"
 #include "core/errors.h"
 #include "core/torch_compat.h"
 
@@ -191,12 +194,12 @@ void guarded(int64_t rank, std::chrono::milliseconds timeout, const char* what, 
 
 }  // namespace
 
-void Distributed::broadcast_from_main(std::vector<torch::Tensor> tensors) {
+void Distributed::broadcast_from(std::vector<torch::Tensor> tensors, int64_t root) {
   if (!active()) return;
-  guarded(rank_, timeout_, "broadcast from rank 0", [&] {
+  guarded(rank_, timeout_, fmt::format("broadcast from rank {}", root).c_str(), [&] {
     torch::NoGradGuard no_grad;
     c10d::BroadcastOptions options;
-    options.rootRank = 0;
+    options.rootRank = root;
     // One tensor per call: c10d reads several tensors of one call as copies on several local devices.
     for (auto& t : tensors) {
       std::vector<torch::Tensor> one{t};
@@ -223,11 +226,17 @@ void Distributed::all_reduce(std::vector<torch::Tensor> tensors, ReduceOp op) {
   });
 }
 
-void Distributed::start_sum(torch::Tensor flat) {
+void Distributed::start_sum(torch::Tensor flat, std::optional<int64_t> root) {
   if (!active()) return;
-  guarded(rank_, timeout_, "gradient all-reduce", [&] {
+  guarded(rank_, timeout_, root ? "gradient reduce" : "gradient all-reduce", [&] {
     std::vector<torch::Tensor> one{std::move(flat)};
-    group_->in_flight.push_back(group_->backend->allreduce(one));
+    if (root) {
+      c10d::ReduceOptions options;
+      options.rootRank = *root;
+      group_->in_flight.push_back(group_->backend->reduce(one, options));
+    } else {
+      group_->in_flight.push_back(group_->backend->allreduce(one));
+    }
   });
 }
 
@@ -272,6 +281,12 @@ nlohmann::json rank_checkpoint_state(Distributed& distributed, int64_t step) {
 }
 
 void restore_rank_rng(const nlohmann::json& state, const Distributed& distributed, int64_t step) {
+  if (state.value("consolidated", false)) {
+    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
+    if (!distributed.is_main())
+      torch::manual_seed(counter_hash({static_cast<uint64_t>(step), static_cast<uint64_t>(distributed.rank())}));
+    return;
+  }
   const auto world_size = state.find("world_size");
   if (world_size != state.end() && !world_size->is_number_integer())
     throw InputError(fmt::format("checkpoint step {}: state.json 'world_size' must be an integer", step));
@@ -291,19 +306,23 @@ void restore_rank_rng(const nlohmann::json& state, const Distributed& distribute
 }
 
 struct GradientSynchroniser::Bucket {
-  torch::Tensor flat;
+  torch::Tensor flat;  // allocated when the first gradient arrives
+  int64_t numel = 0;
+  std::optional<int64_t> root;  // the owner a bucket is reduced to; none: all-reduced
   std::vector<size_t> members;
   size_t pending = 0;  // members whose gradient has not arrived in the armed backward
   bool sent = false;
 };
 
 GradientSynchroniser::GradientSynchroniser(Distributed& distributed, const NamedTensors& parameters,
-                                           int64_t bucket_bytes)
-    : distributed_(distributed) {
+                                           int64_t bucket_bytes, std::vector<int64_t> owners)
+    : distributed_(distributed), owners_(std::move(owners)) {
   for (const auto& [name, p] : parameters) parameters_.push_back(p);
   const size_t n = parameters_.size();
+  if (!owners_.empty() && owners_.size() != n)
+    throw std::invalid_argument("GradientSynchroniser: one owner per parameter");
   bucket_of_.resize(n);
-  slot_of_.resize(n);
+  offset_of_.resize(n);
   ready_.assign(n, false);
   if (!distributed_.active()) return;
 
@@ -312,8 +331,9 @@ GradientSynchroniser::GradientSynchroniser(Distributed& distributed, const Named
   int64_t bytes = 0;
   for (size_t k = n; k-- > 0;) {
     const auto& p = parameters_[k];
+    const size_t last = groups.empty() ? 0 : groups.back().front();
     const bool fits = !groups.empty() && bytes + static_cast<int64_t>(p.nbytes()) <= bucket_bytes &&
-                      parameters_[groups.back().front()].dtype() == p.dtype();
+                      parameters_[last].dtype() == p.dtype() && (owners_.empty() || owners_[last] == owners_[k]);
     if (!fits) {
       groups.emplace_back();
       bytes = 0;
@@ -322,18 +342,14 @@ GradientSynchroniser::GradientSynchroniser(Distributed& distributed, const Named
     bytes += static_cast<int64_t>(p.nbytes());
   }
   for (const auto& members : groups) {
-    int64_t numel = 0;
-    for (size_t k : members) numel += parameters_[k].numel();
-    const auto& first = parameters_[members.front()];
     Bucket bucket;
-    bucket.flat = torch::zeros({numel}, torch::TensorOptions().dtype(first.dtype()).device(first.device()));
     bucket.members = members;
-    int64_t offset = 0;
     for (size_t k : members) {
       bucket_of_[k] = buckets_.size();
-      slot_of_[k] = bucket.flat.narrow(0, offset, parameters_[k].numel()).view(parameters_[k].sizes());
-      offset += parameters_[k].numel();
+      offset_of_[k] = bucket.numel;
+      bucket.numel += parameters_[k].numel();
     }
+    bucket.root = owners_.empty() ? std::nullopt : std::optional<int64_t>(owners_[members.front()]);
     buckets_.push_back(std::move(bucket));
   }
   for (size_t k = 0; k < n; ++k)
@@ -354,19 +370,27 @@ void GradientSynchroniser::arm() {
   }
 }
 
+torch::Tensor GradientSynchroniser::slot(size_t parameter) {
+  Bucket& bucket = buckets_[bucket_of_[parameter]];
+  const auto& p = parameters_[parameter];
+  if (!bucket.flat.defined())
+    bucket.flat = torch::empty({bucket.numel}, torch::TensorOptions().dtype(p.dtype()).device(p.device()));
+  return bucket.flat.narrow(0, offset_of_[parameter], p.numel()).view(p.sizes());
+}
+
 // A hook on a leaf runs before autograd adds `incoming` to .grad, so the parameter's gradient over all
 // micro-batches of the step is .grad + incoming.
 void GradientSynchroniser::on_gradient(size_t parameter, const torch::Tensor& incoming) {
   if (!armed_) return;
   if (ready_[parameter])
-    throw std::logic_error("a parameter received two gradients in one backward; reentrant backward is unsupported");
+    throw std::logic_error("a parameter received two gradients in one backward");
   torch::NoGradGuard no_grad;
   const torch::Tensor& accumulated = parameters_[parameter].grad();
-  torch::Tensor& slot = slot_of_[parameter];
+  torch::Tensor into = slot(parameter);
   if (accumulated.defined())
-    torch::add_out(slot, accumulated, incoming);
+    torch::add_out(into, accumulated, incoming);
   else
-    slot.copy_(incoming);
+    into.copy_(incoming);
   ready_[parameter] = true;
   Bucket& bucket = buckets_[bucket_of_[parameter]];
   if (--bucket.pending == 0) send(bucket);
@@ -374,7 +398,7 @@ void GradientSynchroniser::on_gradient(size_t parameter, const torch::Tensor& in
 
 void GradientSynchroniser::send(Bucket& bucket) {
   bucket.sent = true;
-  distributed_.start_sum(bucket.flat);
+  distributed_.start_sum(bucket.flat, bucket.root);
 }
 
 void GradientSynchroniser::finish() {
@@ -389,17 +413,24 @@ void GradientSynchroniser::finish() {
       if (ready_[k]) continue;
       const torch::Tensor& grad = parameters_[k].grad();
       if (grad.defined())
-        slot_of_[k].copy_(grad);
+        slot(k).copy_(grad);
       else
-        slot_of_[k].zero_();
+        slot(k).zero_();
     }
     send(bucket);
   }
   distributed_.wait_all();
   for (size_t k = 0; k < parameters_.size(); ++k) {
+    if (!owned(k)) {
+      parameters_[k].mutable_grad().reset();  // reduced into its owner's gradient
+      continue;
+    }
     const torch::Tensor& grad = parameters_[k].grad();
-    if (grad.defined()) parameters_[k].mutable_grad().copy_(slot_of_[k]);
+    if (grad.defined()) parameters_[k].mutable_grad().copy_(slot(k));
   }
+  // A bucket another rank owns has served its purpose; ours stays allocated for the next step.
+  for (auto& bucket : buckets_)
+    if (bucket.root && *bucket.root != distributed_.rank()) bucket.flat = torch::Tensor();
 }
 
 }  // namespace inkstone

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -65,12 +66,14 @@ class Distributed {
   bool active() const { return world_size_ > 1; }
   std::chrono::milliseconds timeout() const { return timeout_; }
 
-  // Copies rank 0's values into every rank's tensors, in place.
-  void broadcast_from_main(std::vector<torch::Tensor> tensors);
+  // Copies rank `root`'s values into every rank's tensors, in place.
+  void broadcast_from(std::vector<torch::Tensor> tensors, int64_t root);
+  void broadcast_from_main(std::vector<torch::Tensor> tensors) { broadcast_from(std::move(tensors), 0); }
   // Reduces each tensor across ranks in place and waits for the result.
   void all_reduce(std::vector<torch::Tensor> tensors, ReduceOp op);
-  // Starts a sum all-reduce of `flat` in place; wait_all() completes every started one, in start order.
-  void start_sum(torch::Tensor flat);
+  // Starts a sum all-reduce of `flat` in place, or with `root` a sum reduce whose result only rank `root`'s
+  // `flat` holds; wait_all() completes every started one, in start order.
+  void start_sum(torch::Tensor flat, std::optional<int64_t> root = std::nullopt);
   void wait_all();
   // Every rank's `text` on rank 0 (in rank order); other ranks get an empty list. Goes through the store, so
   // `key` must be unique for each call (e.g. include the step).
@@ -89,7 +92,9 @@ class Distributed {
 // rank calls it at the same step; only rank 0's result is complete.
 nlohmann::json rank_checkpoint_state(Distributed& distributed, int64_t step);
 // Restores this rank's random generators from a checkpoint state: its "rng_ranks" entry, or "rng" for a single
-// process. A checkpoint written by another number of ranks is an InputError.
+// process. A checkpoint written by another number of ranks is an InputError, unless it was consolidated
+// (`inkstone checkpoint consolidate`): then rank 0 takes "rng" and every other rank a stream seeded by (step,
+// rank), so the run continues on any number of ranks, though not bitwise as the original would have.
 void restore_rank_rng(const nlohmann::json& state, const Distributed& distributed, int64_t step);
 
 // Sums the gradients of `parameters` across ranks while backward runs, the way DistributedDataParallel does:
@@ -97,9 +102,13 @@ void restore_rank_rng(const nlohmann::json& state, const Distributed& distribute
 // produces them); a hook on each parameter copies its accumulated gradient into its bucket, and a full bucket is
 // all-reduced asynchronously while autograd continues. Only a backward after arm() is synchronised, so earlier
 // micro-batches of an accumulated step cost no communication.
+// With `owners` (ZeRO stage 2, train/zero_sharding.h: the rank that updates each parameter), a bucket holds the
+// parameters of one owner and is reduced to that rank only; the other ranks drop those gradients and the bucket's
+// buffer after the step, so a rank keeps the gradients of its own shard.
 class GradientSynchroniser {
  public:
-  GradientSynchroniser(Distributed& distributed, const NamedTensors& parameters, int64_t bucket_bytes);
+  GradientSynchroniser(Distributed& distributed, const NamedTensors& parameters, int64_t bucket_bytes,
+                       std::vector<int64_t> owners = {});
   ~GradientSynchroniser();
   GradientSynchroniser(const GradientSynchroniser&) = delete;
   GradientSynchroniser& operator=(const GradientSynchroniser&) = delete;
@@ -116,13 +125,16 @@ class GradientSynchroniser {
   struct Bucket;
   void on_gradient(size_t parameter, const torch::Tensor& incoming);
   void send(Bucket& bucket);
+  torch::Tensor slot(size_t parameter);  // the parameter's view into its bucket's buffer (allocated on first use)
+  bool owned(size_t parameter) const { return owners_.empty() || owners_[parameter] == distributed_.rank(); }
 
   Distributed& distributed_;
   std::vector<torch::Tensor> parameters_;
+  std::vector<int64_t> owners_;  // empty: every rank keeps every gradient (all-reduce)
   std::vector<unsigned> hook_handles_;
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;   // parameter -> bucket
-  std::vector<torch::Tensor> slot_of_;  // parameter -> its view into the bucket's flat buffer
+  std::vector<int64_t> offset_of_;  // parameter -> its offset in the bucket's flat buffer
   std::vector<bool> ready_;
   bool armed_ = false;
 };

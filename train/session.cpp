@@ -12,6 +12,7 @@
 #include "checkpoint/optimizer_state.h"
 #include "checkpoint/rng_state.h"
 #include "core/counter_hash.h"
+#include "core/memory_usage.h"
 #include "core/progress.h"
 #include "models/auxiliary.h"
 #include "train/lr_schedule.h"
@@ -34,6 +35,17 @@ void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& di
     if (!statistics.empty()) distributed.all_reduce(statistics, ReduceOp::sum);
   }
   after_optimizer_step(model);
+}
+
+// Peak resident memory of this process (rank 0's) so far and, on CUDA, the allocator's peak since the previous
+// line and what it holds now (docs/training.md, "Memory").
+void add_memory(nlohmann::json& line, torch::Device device) {
+  line["peak_rss_mib"] = peak_resident_mib();
+  if (const auto cuda = cuda_memory(device)) {
+    line["cuda_max_allocated_mib"] = cuda->max_allocated_mib;
+    line["cuda_reserved_mib"] = cuda->reserved_mib;
+    reset_cuda_peak(device);
+  }
 }
 
 }  // namespace
@@ -68,6 +80,15 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
   optimized_ = groups.decay;
   optimized_.insert(optimized_.end(), groups.no_decay.begin(), groups.no_decay.end());
   for (auto& [name, p] : optimized_) parameters_.push_back(p);
+
+  std::vector<int64_t> gradient_owners;
+  if (distributed_->active() && config_.distributed.zero_stage > 0) {
+    zero_ = std::make_unique<ZeroSharding>(*distributed_, optimized_, config_.distributed.zero_stage);
+    groups = {zero_->owned(groups.decay), zero_->owned(groups.no_decay)};
+    if (zero_->stage() >= 2) gradient_owners = zero_->owners();
+  }
+  stepped_ = groups.decay;
+  stepped_.insert(stepped_.end(), groups.no_decay.begin(), groups.no_decay.end());
   optimizer_ = make_adamw(groups, config_.optim);
 
   if (distributed_->active()) {
@@ -76,7 +97,8 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       torch::manual_seed(counter_hash({static_cast<uint64_t>(config_.run.seed),
                                        static_cast<uint64_t>(distributed_->rank())}));
     const auto bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
-    synchroniser_ = std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes);
+    synchroniser_ =
+        std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes, std::move(gradient_owners));
   }
 }
 
@@ -87,11 +109,30 @@ void TrainingSession::resume(const CheckpointData& checkpoint, StepSource& sourc
   if (distributed_->is_main()) print_setting_changes(changes);
   load_module_weights(*model_, checkpoint.model, origin);
   if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
-  import_adamw_state(*optimizer_, optimized_, checkpoint.optimizer, "optimizer.safetensors");
+  restore_optimizer(checkpoint, origin);
   restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
   step_ = checkpoint.step;
   elapsed_before_s_ = state_number(checkpoint, "elapsed_s", 0.0);
   source.restore(checkpoint);
+}
+
+// A sharded optimizer state resumes on the ranks that wrote it; a whole one (unsharded, or consolidated) on any
+// number of ranks, each taking its own shard's entries.
+void TrainingSession::restore_optimizer(const CheckpointData& checkpoint, const std::string& origin) {
+  if (checkpoint.optimizer_shards > 0) {
+    if (!zero_ || checkpoint.optimizer_shards != distributed_->world_size())
+      throw InputError(fmt::format(
+          "{} holds its optimizer state in {} ZeRO shards, and this run has {} rank(s) with distributed.zero_stage "
+          "= {}: resume with {} ranks and zero_stage 1 or 2, or write a whole checkpoint with `inkstone checkpoint "
+          "consolidate`",
+          origin, checkpoint.optimizer_shards, distributed_->world_size(), config_.distributed.zero_stage,
+          checkpoint.optimizer_shards));
+    const auto file = optimizer_shard_file(distributed_->rank(), checkpoint.optimizer_shards);
+    import_adamw_state(*optimizer_, stepped_, read_optimizer_shard(checkpoint, distributed_->rank()), file);
+    return;
+  }
+  const std::string file = "optimizer.safetensors";
+  import_adamw_state(*optimizer_, stepped_, adamw_state_subset(checkpoint.optimizer, optimized_, stepped_, file), file);
 }
 
 double TrainingSession::learning_rate(int64_t k, int64_t total) const {
@@ -110,9 +151,11 @@ void TrainingSession::log(const nlohmann::json& line) {
 UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
   set_learning_rate(*optimizer_, lr);
   optimizer_->zero_grad();
+  if (zero_) zero_->drop_foreign_gradients();
   UpdateResult u;
   u.sums = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast_, synchroniser_.get());
-  const torch::Tensor grad_norm = clip_grad_norm(parameters_, config_.optim.grad_clip);
+  const torch::Tensor grad_norm = zero_ ? zero_->clip_grad_norm(config_.optim.grad_clip)
+                                        : clip_grad_norm(parameters_, config_.optim.grad_clip);
   // The step-or-skip decision needs these on the host, and the previous update's finiteness rides along: one
   // transfer (one device sync) per update.
   const auto host = torch::stack({u.sums.loss_sum.to(torch::kDouble), u.sums.count.to(torch::kDouble),
@@ -138,6 +181,7 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
   // and stale moments do not move the weights.
   if (u.units == 0) return u;
   optimizer_->step();
+  if (zero_) zero_->share_updated_parameters();
   after_optimizer_step_on_all_ranks(*model_, *distributed_);
   weights_finite_ = all_finite(parameters_);
   u.applied = true;
@@ -146,12 +190,19 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
 
 std::filesystem::path TrainingSession::save(const StepSource& source) {
   const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
-  if (!distributed_->is_main()) return {};
   CheckpointData data;
+  if (zero_) {
+    // Each rank stages its shard; rank 0 collects them once every rank is done (the all-reduce is the barrier).
+    data.optimizer_shards = distributed_->world_size();
+    stage_optimizer_shard(run_dir_, step_, distributed_->rank(), data.optimizer_shards,
+                          export_adamw_state(*optimizer_, stepped_));
+    distributed_->all_reduce({torch::ones({1})}, ReduceOp::sum);
+  }
+  if (!distributed_->is_main()) return {};
   data.step = step_;
   data.model = module_weights(*model_);
   if (auto own = objective_->trainable()) data.objective = module_weights(*own);
-  data.optimizer = export_adamw_state(*optimizer_, optimized_);
+  if (!zero_) data.optimizer = export_adamw_state(*optimizer_, stepped_);
   data.state = {{"elapsed_s", elapsed_s()},
                 {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
@@ -203,6 +254,7 @@ TrainResult TrainingSession::run(StepSource& source) {
       line["step"] = done;
       line["split"] = "train";
       line["elapsed_s"] = elapsed_s();
+      add_memory(line, device_);
       log(line);
       if (progress) progress->update(done - first_step, report.progress);
     }

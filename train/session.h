@@ -26,6 +26,7 @@
 #include "train/gradient_accumulation.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
+#include "train/zero_sharding.h"
 
 namespace inkstone {
 
@@ -118,6 +119,7 @@ class TrainingSession {
 
  private:
   std::filesystem::path save(const StepSource& source);
+  void restore_optimizer(const CheckpointData& checkpoint, const std::string& origin);
   void log(const nlohmann::json& line);
 
   Config config_;
@@ -127,11 +129,13 @@ class TrainingSession {
   std::filesystem::path run_dir_;
   torch::Device device_;
   bool autocast_;
-  NamedTensors optimized_;  // in the optimizer's group order, for its checkpointed state
+  NamedTensors optimized_;  // every trained tensor, decay group first; the same order on every rank
   std::vector<torch::Tensor> parameters_;  // the same tensors, for clipping and finiteness checks
+  NamedTensors stepped_;  // what this rank's optimizer updates: optimized_, or with ZeRO this rank's shard of it
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::shared_ptr<Distributed> distributed_;
   std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run
+  std::unique_ptr<ZeroSharding> zero_;                  // only with distributed.zero_stage > 0 and several ranks
   std::optional<MetricsLog> log_;                       // rank 0, during run()
   torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
   int64_t step_ = 0;

@@ -35,16 +35,19 @@ constexpr int kWorkerDistributedError = 7;  // a worker's exit code when a colle
 
 // A global batch of 8 rows of 16 tokens. Buckets of 10 KB cut the tiny model's gradients into several
 // all-reduces, started from the hooks as each bucket fills.
-std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad_accum, double timeout_s) {
+// train_extra and distributed_extra: more lines of those tables.
+std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad_accum, double timeout_s,
+                             const std::string& train_extra = "checkpoint_interval = 0\nkeep_checkpoints = 1\n",
+                             const std::string& distributed_extra = "") {
   return fmt::format(
       "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\n"
       "[data]\npath = \"{}\"\nseq_len = 16\n"
       "[optim]\nlearning_rate = 3e-3\n"
       "[schedule]\nwarmup_steps = 2\n"
       "[train]\nsteps = {}\nbatch_size = 8\ngrad_accum = {}\nlog_interval = 1\neval_interval = 0\n"
-      "eval_batches = 1\ncheckpoint_interval = 0\nkeep_checkpoints = 1\n"
-      "[distributed]\ntimeout_s = {}\nbucket_mb = 0.01\n",
-      data_dir.string(), kSteps, grad_accum, timeout_s);
+      "eval_batches = 1\n{}"
+      "[distributed]\ntimeout_s = {}\nbucket_mb = 0.01\n{}",
+      data_dir.string(), kSteps, grad_accum, train_extra, timeout_s, distributed_extra);
 }
 
 std::shared_ptr<const WindowLoader> loader(const Config& config, const std::string& split, int64_t rank) {
@@ -56,9 +59,11 @@ std::shared_ptr<const WindowLoader> loader(const Config& config, const std::stri
   return std::make_shared<WindowLoader>(config.data.path, o);
 }
 
-// Trains `config` as rank `distributed->rank()`, calling on_step with each step's loss.
+// Trains `config` as rank `distributed->rank()`, calling on_step with each step's loss; with `resume`, from the
+// latest checkpoint in run_dir.
 TrainResult train_tiny(const Config& config, const std::filesystem::path& run_dir,
-                       std::shared_ptr<Distributed> distributed, std::function<void(int64_t, double)> on_step) {
+                       std::shared_ptr<Distributed> distributed, std::function<void(int64_t, double)> on_step,
+                       bool resume = false) {
   auto tokenizer = std::make_shared<ByteTokenizer>();
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   auto model = build_language_model(config.model, tokenizer->vocab_size());
@@ -67,6 +72,7 @@ TrainResult train_tiny(const Config& config, const std::filesystem::path& run_di
                           std::move(distributed));
   WindowSource source(session, loader(config, "train", rank), loader(config, "val", 0));
   source.on_step = std::move(on_step);
+  if (resume) session.resume(load_checkpoint(run_dir), source);
   return session.run(source);
 }
 
@@ -123,7 +129,9 @@ void rl_as_one_rank(const Config& config, const std::filesystem::path& dir, std:
 
 // The rank side of the tests: reads INKSTONE_TEST_DIR/config.toml, trains as the rank the launch variables name,
 // writes "step loss" lines to losses_rank<r>.txt (an RL config: see rl_as_one_rank). With INKSTONE_TEST_EXIT_AT_STEP, rank 1 exits abruptly after
-// that step; a failed collective exits with kWorkerDistributedError after printing its message.
+// that step; a failed collective exits with kWorkerDistributedError after printing its message. With
+// INKSTONE_TEST_RUN, the run folder is that subfolder (default "run"); with INKSTONE_TEST_RESUME, the run resumes
+// from its latest checkpoint.
 TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   const char* dir_text = std::getenv("INKSTONE_TEST_DIR");
   ASSERT_NE(dir_text, nullptr);
@@ -136,10 +144,14 @@ TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   try {
     auto distributed = std::make_shared<Distributed>(launch, torch::kCPU, timeout_of(config.distributed));
     if (config.objective.name == "gflowrl") return rl_as_one_rank(config, dir, distributed);
-    train_tiny(config, dir / "run", distributed, [&](int64_t step, double loss) {
-      losses << fmt::format("{} {:.17g}\n", step, loss) << std::flush;
-      if (step == exit_at) std::_Exit(3);
-    });
+    const char* run = std::getenv("INKSTONE_TEST_RUN");
+    train_tiny(
+        config, dir / (run ? run : "run"), distributed,
+        [&](int64_t step, double loss) {
+          losses << fmt::format("{} {:.17g}\n", step, loss) << std::flush;
+          if (step == exit_at) std::_Exit(3);
+        },
+        std::getenv("INKSTONE_TEST_RESUME") != nullptr);
   } catch (const DistributedError& e) {
     fmt::print(stderr, "{}\n", e.what());
     std::_Exit(kWorkerDistributedError);
@@ -333,6 +345,99 @@ TEST_F(DataParallel, RlRanksRollOutTheirShareAndStayInStep) {
   }
   EXPECT_EQ(train_lines, 3);
   EXPECT_EQ(eval_lines, 2);  // before the first step and after the last
+}
+
+double max_difference(const NamedTensors& a, const NamedTensors& b) {
+  EXPECT_EQ(a.size(), b.size());
+  std::map<std::string, torch::Tensor> by_name(b.begin(), b.end());
+  double difference = 0;
+  for (const auto& [name, tensor] : a) {
+    if (!by_name.count(name)) {
+      ADD_FAILURE() << name << " is missing";
+      continue;
+    }
+    difference = std::max(difference, (tensor.to(torch::kDouble) - by_name.at(name).to(torch::kDouble))
+                                          .abs().max().item<double>());
+  }
+  return difference;
+}
+
+// ZeRO stages 1 and 2 over 2 ranks (2 micro-batches each; stage 2 with every block recomputed in backward) give
+// the one-process losses, weights and AdamW moments; each rank writes its optimizer shard, and resuming the
+// sharded checkpoint of step 10 on 2 ranks continues bitwise. Consolidated, the checkpoint is an ordinary one
+// that resumes in one process as the one-process run continues.
+TEST_F(DataParallel, ZeroStagesMatchOneProcessAndResumeFromShards) {
+  const auto dir = *dir_ / "zero";
+  std::filesystem::create_directories(dir);
+  const std::string every_ten = "checkpoint_interval = 10\nkeep_checkpoints = 2\n";
+  const std::string single_text = tiny_config_text(data(), 1, 60, every_ten);
+  const Config single = config_from_string(single_text, "single.toml");
+  std::map<int64_t, double> expected;
+  train_tiny(single, dir / "single_run", nullptr, [&](int64_t step, double loss) { expected[step] = loss; });
+  ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
+  const CheckpointData reference = load_checkpoint(dir / "single_run");
+
+  for (const int stage : {1, 2}) {
+    const auto stage_dir = dir / fmt::format("stage{}", stage);
+    std::filesystem::create_directories(stage_dir);
+    const std::string recompute = stage == 2 ? "activation_checkpointing = 1\n" : "";
+    const std::string text =
+        tiny_config_text(data(), 2, 60, every_ten + recompute, fmt::format("zero_stage = {}\n", stage));
+    std::ofstream(stage_dir / "config.toml") << text;
+    auto ranks = start_workers(stage_dir, 2);
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << read_text(ranks[r].output);
+    const auto losses = read_losses(stage_dir / "losses_rank0.txt");
+    ASSERT_EQ(losses.size(), expected.size());
+    for (const auto& [step, loss] : expected) EXPECT_NEAR(losses.at(step), loss, 1e-5) << "stage " << stage << " step " << step;
+
+    const CheckpointData sharded = load_checkpoint(stage_dir / "run");
+    ASSERT_EQ(sharded.step, kSteps);
+    EXPECT_EQ(sharded.optimizer_shards, 2);
+    EXPECT_TRUE(sharded.optimizer.empty());
+    EXPECT_LT(max_difference(sharded.model, reference.model), 1e-5) << "stage " << stage;
+    CheckpointData whole = sharded;
+    consolidate_optimizer_shards(whole);
+    EXPECT_LT(max_difference(whole.optimizer, reference.optimizer), 1e-5) << "stage " << stage;
+
+    // Resume step 10's shards on 2 ranks: the same losses and weights, to the bit.
+    const auto step10 = stage_dir / "run" / "checkpoints" / "step_000010";
+    std::filesystem::create_directories(stage_dir / "resumed" / "checkpoints");
+    std::filesystem::copy(step10, stage_dir / "resumed" / "checkpoints" / "step_000010",
+                          std::filesystem::copy_options::recursive);
+    auto resumed_ranks = start_workers(stage_dir, 2, {{"INKSTONE_TEST_RUN", "resumed"}, {"INKSTONE_TEST_RESUME", "1"}});
+    for (int r = 0; r < 2; ++r)
+      ASSERT_EQ(wait_for(resumed_ranks[r], std::chrono::seconds(120)), 0) << read_text(resumed_ranks[r].output);
+    const auto resumed_losses = read_losses(stage_dir / "losses_rank0.txt");
+    ASSERT_EQ(resumed_losses.size(), 10u);
+    for (const auto& [step, loss] : resumed_losses) EXPECT_EQ(loss, losses.at(step)) << "stage " << stage << " step " << step;
+    const CheckpointData resumed = load_checkpoint(stage_dir / "resumed");
+    EXPECT_EQ(max_difference(resumed.model, sharded.model), 0.0) << "stage " << stage;
+  }
+
+  // The CLI consolidates step 10 of stage 2 into an ordinary checkpoint; one process resumes it and ends where
+  // the one-process run ended.
+  Child consolidate = spawn({testing::cli_binary().string(), "checkpoint", "consolidate",
+                             (dir / "stage2" / "run" / "checkpoints" / "step_000010").string(), "--out",
+                             (dir / "consolidated").string()},
+                            {}, dir / "consolidate_output.txt");
+  ASSERT_EQ(wait_for(consolidate, std::chrono::seconds(60)), 0) << read_text(consolidate.output);
+  const CheckpointData consolidated = load_checkpoint(dir / "consolidated");
+  EXPECT_EQ(consolidated.optimizer_shards, 0);
+  EXPECT_FALSE(consolidated.state.contains("rng_ranks"));
+  std::map<int64_t, double> continued;
+  train_tiny(single, dir / "consolidated", nullptr, [&](int64_t step, double loss) { continued[step] = loss; },
+             /*resume=*/true);
+  ASSERT_EQ(continued.size(), 10u);
+  for (const auto& [step, loss] : continued) EXPECT_NEAR(loss, expected.at(step), 1e-5) << "step " << step;
+  EXPECT_LT(max_difference(load_checkpoint(dir / "consolidated").model, reference.model), 1e-5);
+
+  // Resuming the shards with another layout is refused with the way out.
+  const std::string refusal = testing::input_error_of([&] {
+    train_tiny(single, dir / "stage2" / "resumed", nullptr, [](int64_t, double) {}, /*resume=*/true);
+  });
+  EXPECT_NE(refusal.find("2 ZeRO shards"), std::string::npos) << refusal;
+  EXPECT_NE(refusal.find("inkstone checkpoint consolidate"), std::string::npos) << refusal;
 }
 
 // A rank that dies mid-run makes the survivor fail with a DistributedError within the timeout, not hang.
