@@ -87,7 +87,6 @@ struct RecomputedBranch : torch::autograd::Function<RecomputedBranch> {
     torch::autograd::backward(outputs, grads);
     variable_list input_grads{torch::Tensor()};  // the replay argument
     for (const auto& input : inputs) input_grads.push_back(input.grad());
-    input_grads.back() = torch::Tensor();  // the anchor: its gradient reached it directly in the rerun
     return input_grads;
   }
 };
@@ -95,8 +94,7 @@ struct RecomputedBranch : torch::autograd::Function<RecomputedBranch> {
 }  // namespace
 
 torch::Tensor checkpointed_branch(ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
-                                  std::shared_ptr<torch::nn::Module> owner, const torch::Tensor& anchor,
-                                  AuxiliaryOutputs& auxiliary) {
+                                  std::shared_ptr<torch::nn::Module> owner, AuxiliaryOutputs& auxiliary) {
   auto replay = std::make_shared<Replay>();
   replay->branch = std::move(branch);
   replay->owner = std::move(owner);
@@ -108,7 +106,10 @@ torch::Tensor checkpointed_branch(ResidualBranch branch, const torch::Tensor& x,
       replay->slots.push_back(slot);
       inputs.push_back(candidates[slot]);
     }
-  inputs.push_back(anchor);  // last, past the slots
+  // An empty leaf that needs a gradient: autograd records the node even when neither x nor m needs one (the
+  // branch's weights, which the rerun reaches directly, are not inputs). Not a weight, whose gradient hooks
+  // would see the node's empty gradient for it.
+  inputs.push_back(torch::empty({0}, torch::dtype(torch::kFloat).device(x.device())).requires_grad_());
   const variable_list outputs = RecomputedBranch::apply(replay, at::TensorList(inputs));
   add_auxiliary(auxiliary, {outputs.size() > 1 ? outputs[1] : torch::Tensor(), replay->metrics});
   return outputs[0];

@@ -21,10 +21,8 @@ using ResidualBranch = std::function<torch::Tensor(const torch::Tensor& x, const
 // branch(x, m) whose backward recomputes it. The model has no random draws inside a branch, so the recomputation
 // is the same computation; bf16 autocast is re-entered if it was on. `owner`: the module the branch belongs to;
 // the auxiliary losses it records (MoE balance and z-losses) are moved into `auxiliary` as outputs of the
-// checkpointed node, so their gradient reaches the recomputed branch. `anchor`: one of the owner's parameters, so
-// that backward reaches the branch even when neither x nor m needs a gradient.
+// checkpointed node, so their gradient reaches the recomputed branch.
 torch::Tensor checkpointed_branch(ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
-                                  std::shared_ptr<torch::nn::Module> owner, const torch::Tensor& anchor,
-                                  AuxiliaryOutputs& auxiliary);
+                                  std::shared_ptr<torch::nn::Module> owner, AuxiliaryOutputs& auxiliary);
 
 }  // namespace inkstone

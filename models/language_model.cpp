@@ -199,7 +199,7 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
 torch::Tensor LanguageModelImpl::run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x,
                                            const Modulation& m, const std::shared_ptr<BlockImpl>& block) {
   if (!recompute) return branch(x, m);
-  return checkpointed_branch(std::move(branch), x, m, block, block->attn_norm->weight, checkpointed_auxiliary_);
+  return checkpointed_branch(std::move(branch), x, m, block, checkpointed_auxiliary_);
 }
 
 // Copies of the tokens from every stream's table, stream 1 first, interleaved into slots.

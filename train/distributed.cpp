@@ -381,7 +381,7 @@ torch::Tensor GradientSynchroniser::slot(size_t parameter) {
 // A hook on a leaf runs before autograd adds `incoming` to .grad, so the parameter's gradient over all
 // micro-batches of the step is .grad + incoming.
 void GradientSynchroniser::on_gradient(size_t parameter, const torch::Tensor& incoming) {
-  if (!armed_) return;
+  if (!armed_ || !incoming.defined()) return;  // libtorch 2.x also calls the hook for an absent gradient
   if (ready_[parameter])
     throw std::logic_error("a parameter received two gradients in one backward");
   torch::NoGradGuard no_grad;
