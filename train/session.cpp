@@ -196,7 +196,7 @@ std::filesystem::path TrainingSession::save(const StepSource& source) {
     data.optimizer_shards = distributed_->world_size();
     stage_optimizer_shard(run_dir_, step_, distributed_->rank(), data.optimizer_shards,
                           export_adamw_state(*optimizer_, stepped_));
-    distributed_->all_reduce({torch::ones({1})}, ReduceOp::sum);
+    distributed_->all_reduce({torch::ones({1}, torch::TensorOptions().device(device_))}, ReduceOp::sum);
   }
   if (!distributed_->is_main()) return {};
   data.step = step_;
