@@ -252,6 +252,35 @@ TEST(Cuda, MharModelTrainsAsOnTheCpu) {
     EXPECT_LT((gpu.grads[i] - cpu.grads[i]).abs().max().item<double>(), 1e-3) << i;
 }
 
+// A block recomputed in backward reruns under the bf16 autocast its forward ran under (backward itself runs
+// outside the autocast scope, as in the trainer): the gradients are the ordinary forward's. An fp32 rerun would
+// differ by bf16's rounding, about 1e-2 relative.
+TEST(Cuda, CheckpointedBlocksRerunUnderTheForwardsAutocast) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  model->to(torch::kCUDA);
+  const auto tokens = random_tokens().to(torch::kCUDA);
+  auto grads_with = [&](int64_t every) {
+    model->set_activation_checkpointing(every);
+    model->zero_grad();
+    torch::Tensor loss;
+    {
+      compat::CudaAutocastScope autocast(true);
+      loss = next_token_loss(model, tokens);
+    }
+    loss.backward();
+    std::vector<torch::Tensor> grads;
+    for (const auto& p : model->parameters()) grads.push_back(p.grad().cpu());
+    return grads;
+  };
+  const auto plain = grads_with(0);
+  const auto recomputed = grads_with(1);
+  for (size_t i = 0; i < plain.size(); ++i) {
+    const double scale = plain[i].abs().max().item<double>() + 1e-12;
+    EXPECT_LT((recomputed[i] - plain[i]).abs().max().item<double>(), 1e-3 * scale) << i;
+  }
+}
+
 // A GPU run's checkpoint mixes CUDA weights and moments with CPU step counters: the finiteness check must take
 // each device's tensors on their own (a cross-device stack failed every GPU checkpoint).
 TEST(Cuda, ACheckpointOfCudaAndCpuTensorsIsWrittenAndNaNIsStillCaught) {
