@@ -244,8 +244,11 @@ CheckpointData load_folder(const fs::path& folder) {
     throw InputError(state_path.string() + ": not a checkpoint state (needs an integer 'step' and a 'files' table)");
   int64_t shards = 0;
   if (state.contains(kShardsKey)) {
-    if (!state[kShardsKey].is_number_integer() || state[kShardsKey].get<int64_t>() < 1)
-      throw InputError(fmt::format("{}: '{}' must be a positive integer", state_path.string(), kShardsKey));
+    // Each shard has its record in 'files': a larger count is a corrupt state, not a reason to list a billion files.
+    if (!state[kShardsKey].is_number_integer() || state[kShardsKey].get<int64_t>() < 1 ||
+        state[kShardsKey].get<int64_t>() > static_cast<int64_t>(state["files"].size()))
+      throw InputError(fmt::format("{}: '{}' must be a positive integer no larger than the files it records",
+                                   state_path.string(), kShardsKey));
     shards = state[kShardsKey].get<int64_t>();
   }
   for (const char* file : kDataFiles) verify_file(folder, file, state["files"]);

@@ -273,6 +273,52 @@ void expect_bitwise_resume(bool amsgrad) {
   }
 }
 
+// A ZeRO checkpoint: the ranks stage their optimizer shards, save_checkpoint moves them in and records their
+// hashes; loading verifies them, reading is per shard, consolidation joins them. A shard that was not staged
+// leaves no checkpoint; a shard count state.json cannot back is a clear error.
+TEST(Checkpoint, OptimizerShardsAreCollectedVerifiedAndConsolidated) {
+  const fs::path run = testing::temp_dir("ckpt_shards");
+  CheckpointData data = sample_checkpoint(6);
+  const NamedTensors shard0 = {{"embed.weight.exp_avg", torch::randn({8, 4})},
+                               {"embed.weight.step", torch::tensor(int64_t{6})}};
+  const NamedTensors shard1 = {{"norm.weight.exp_avg", torch::randn({4})}, {"norm.weight.step", torch::tensor(int64_t{6})}};
+  data.optimizer.clear();
+  data.optimizer_shards = 2;
+
+  stage_optimizer_shard(run, 6, 0, 2, shard0);
+  EXPECT_THROW(save_checkpoint(run, data, 0), std::runtime_error);  // rank 1 never staged
+  EXPECT_FALSE(latest_checkpoint(run).has_value());
+
+  stage_optimizer_shard(run, 6, 0, 2, shard0);
+  stage_optimizer_shard(run, 6, 1, 2, shard1);
+  const fs::path folder = save_checkpoint(run, data, 0);
+  EXPECT_EQ(folder_names(run / "checkpoints"), std::vector<std::string>{"step_000006"});  // staging folder gone
+  EXPECT_TRUE(fs::exists(folder / "optimizer.rank00001-of-00002.safetensors"));
+  EXPECT_FALSE(fs::exists(folder / "optimizer.safetensors"));
+
+  CheckpointData loaded = load_checkpoint(run);
+  EXPECT_EQ(loaded.optimizer_shards, 2);
+  EXPECT_TRUE(loaded.optimizer.empty());
+  EXPECT_FALSE(loaded.state.contains("optimizer_shards"));
+  expect_same_tensors(read_optimizer_shard(loaded, 1), shard1);
+  consolidate_optimizer_shards(loaded);
+  EXPECT_EQ(loaded.optimizer_shards, 0);
+  NamedTensors both = shard0;
+  both.insert(both.end(), shard1.begin(), shard1.end());
+  expect_same_tensors(loaded.optimizer, both);
+
+  const fs::path shard_file = folder / "optimizer.rank00000-of-00002.safetensors";
+  fs::resize_file(shard_file, fs::file_size(shard_file) - 4);
+  std::string message = load_error(folder);
+  EXPECT_NE(message.find(shard_file.string() + ": truncated"), std::string::npos) << message;
+
+  nlohmann::json state = nlohmann::json::parse(std::ifstream(folder / "state.json"));
+  state["optimizer_shards"] = 1000000000;
+  std::ofstream(folder / "state.json", std::ios::trunc) << state.dump();
+  message = load_error(folder);
+  EXPECT_NE(message.find("'optimizer_shards' must be a positive integer"), std::string::npos) << message;
+}
+
 TEST(CheckpointOptimizer, ResumedTrainingIsBitwiseIdentical) { expect_bitwise_resume(false); }
 TEST(CheckpointOptimizer, ResumedTrainingIsBitwiseIdenticalWithAmsgrad) { expect_bitwise_resume(true); }
 
