@@ -2,8 +2,6 @@
 // Distributed", VLDB 2020, section 3.2): bucketed all-reduce started from gradient hooks, overlapped with backward.
 #include "train/distributed.h"
 
-#include "core/counter_hash.h"
-
 #include <cstdlib>
 #include <deque>
 #include <optional>

@@ -56,11 +56,13 @@ torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, doubl
   if (grads.empty()) return torch::zeros({});
   // Multi-tensor kernels: a handful of launches on a GPU instead of two per parameter.
   const auto total = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kFloat).norm(2);
-  if (max_norm > 0) {
-    // coefficient = min(1, max_norm / (norm + 1e-6)), applied as a tensor to stay on the device.
-    compat::scale_all_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));
-  }
+  scale_to_norm(grads, total, max_norm);
   return total;
+}
+
+void scale_to_norm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm, double max_norm) {
+  // coefficient = min(1, max_norm / (norm + 1e-6)), applied as a tensor to stay on the device.
+  if (max_norm > 0 && !grads.empty()) compat::scale_all_(grads, (max_norm / (norm + 1e-6)).clamp_max(1.0));
 }
 
 torch::Tensor all_finite(const std::vector<torch::Tensor>& parameters) {

@@ -43,6 +43,8 @@ void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping) and returns the pre-clip norm
 // as a 0-d tensor; no host synchronisation.
 torch::Tensor clip_grad_norm(const std::vector<torch::Tensor>& parameters, double max_norm);
+// The clipping step alone: scales `grads` so that, with `norm` their global norm (0-d), it is at most max_norm.
+void scale_to_norm(const std::vector<torch::Tensor>& grads, const torch::Tensor& norm, double max_norm);
 
 // A 0-d bool tensor: every element of every parameter is finite. No host synchronisation: a trainer checks an
 // update by sending this to the host together with the next step's numbers (docs/reliability.md).

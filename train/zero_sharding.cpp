@@ -5,6 +5,7 @@
 #include <unordered_set>
 
 #include "core/torch_compat.h"
+#include "train/optimizer.h"
 
 namespace inkstone {
 
@@ -54,8 +55,7 @@ torch::Tensor ZeroSharding::clip_grad_norm(double max_norm) {
   if (!grads.empty()) squares = torch::stack(at::_foreach_norm(grads, 2)).to(torch::kDouble).pow(2).sum();
   distributed_.all_reduce({squares}, ReduceOp::sum);
   const torch::Tensor total = squares.sqrt().to(torch::kFloat);
-  if (max_norm > 0 && !grads.empty())
-    compat::scale_all_(grads, (max_norm / (total + 1e-6)).clamp_max(1.0));  // as clip_grad_norm (optimizer.h)
+  scale_to_norm(grads, total, max_norm);
   return total;
 }
 
