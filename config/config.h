@@ -195,7 +195,8 @@ struct TrainConfig {
 struct DistributedConfig {
   double timeout_s;  // a collective or the rendezvous waiting longer than this fails instead of hanging
   double bucket_mb;  // gradient all-reduce bucket size
-  int64_t zero_stage;  // 0: every rank holds everything; 1: optimizer state sharded; 2: gradients too (zero_sharding.h)
+  int64_t zero_stage;  // 0: every rank holds everything; 1: optimizer state sharded; 2: gradients too; 3: block
+                       // weights too (zero_sharding.h)
 };
 
 struct SampleConfig {

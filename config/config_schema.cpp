@@ -242,8 +242,9 @@ std::vector<FieldSpec> build_schema() {
           .range(1, 86400),
       INKSTONE_FIELD(distributed, bucket_mb, 25.0, "Gradient all-reduce bucket size in MiB.").range(0.001, 4096),
       INKSTONE_FIELD(distributed, zero_stage, int64_t{0},
-                     "ZeRO: 0 none; 1 AdamW state sharded over the ranks; 2 gradients reduced to their owner too.")
-          .range(0, 2),
+                     "ZeRO: 0 none; 1 AdamW state sharded over the ranks; 2 gradients reduced to their owner too; "
+                     "3 block weights gathered per use too.")
+          .range(0, 3),
 
       INKSTONE_FIELD(sample, num, int64_t{4}, "Samples per prompt.").at_least(1),
       INKSTONE_FIELD(sample, max_new_tokens, int64_t{128}, "Tokens to generate.").at_least(1),

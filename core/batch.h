@@ -43,6 +43,9 @@ class EvalSource {
   virtual ~EvalSource() = default;
   virtual int64_t num_batches() const = 0;
   virtual Batch batch(int64_t index) const = 0;
+  // Which batch of the whole split batch `index` is (a source holding one rank's share of the split numbers its
+  // batches from 0); keys what an objective draws for the batch, so it does not depend on the sharding.
+  virtual int64_t split_index(int64_t index) const { return index; }
   // Average UTF-8 bytes per token over the split, for bits per byte.
   virtual double bytes_per_token() const = 0;
 };

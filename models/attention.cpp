@@ -54,6 +54,19 @@ int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
   return count;
 }
 
+// The projections' outputs, their QK-norm and RoPE results, the heads repeated for grouped queries, the
+// attention weights (the explicit path keeps all `context` of them per head; a fused kernel keeps 1), the output
+// and o_proj's reshaped input.
+double AttentionImpl::saved_floats_per_token(const ModelConfig& config, int64_t context) {
+  const double hd = static_cast<double>(resolved_head_dim(config));
+  const double q = static_cast<double>(config.n_heads) * hd, kv = static_cast<double>(config.n_kv_heads) * hd;
+  double floats = q + 2 * kv + (q + kv) + 2 * q + static_cast<double>(config.n_heads * context);
+  if (config.qk_norm) floats += q + kv;
+  if (config.n_heads != config.n_kv_heads) floats += 2 * q;
+  if (config.qkv_conv) floats += 2 * (q + 2 * kv);
+  return floats;
+}
+
 ParamRole AttentionImpl::role_of(const std::string& name) const {
   const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
   if (starts("q_norm.") || starts("k_norm.")) return ParamRole::norm;
@@ -75,6 +88,7 @@ TokenMixerKind attention_mixer_kind() {
   kind.description = "grouped-query attention";
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<AttentionImpl>(config, layer); };
   kind.parameter_count = AttentionImpl::parameter_count;
+  kind.saved_floats_per_token = AttentionImpl::saved_floats_per_token;
   return kind;
 }
 

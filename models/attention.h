@@ -25,6 +25,7 @@ class AttentionImpl : public TokenMixer {
   ParamRole role_of(const std::string& name) const override;
   double context_flops_per_token(double visible) const override;
   static int64_t parameter_count(const ModelConfig& config);
+  static double saved_floats_per_token(const ModelConfig& config, int64_t context);
 
   torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
   RMSNorm q_norm{nullptr}, k_norm{nullptr};  // only with ModelConfig::qk_norm

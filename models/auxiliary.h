@@ -11,7 +11,7 @@
 
 namespace inkstone {
 
-// Which pass of a sublayer's forward is running. Activation checkpointing (models/activation_checkpoint.h) runs a
+// Which pass of a sublayer's forward is running. Activation checkpointing (models/branch_node.h) runs a
 // checkpointed block twice: first without gradient, then again in backward with it.
 enum class ForwardPass {
   plain,         // an ordinary forward: auxiliary outputs are recorded when gradient is enabled

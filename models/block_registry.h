@@ -20,6 +20,9 @@ struct BlockPartKind {
   std::function<std::shared_ptr<Part>(const ModelConfig& config, int64_t layer)> make;
   // Its parameter count as `make` would build it, without building it (the width solver searches many widths).
   std::function<int64_t(const ModelConfig& config)> parameter_count;
+  // Floats per token its training forward keeps for backward, at the widths of `config`, each query seeing
+  // `context` tokens: the activation estimate of `inkstone train --dry-run` (docs/training.md, "Memory").
+  std::function<double(const ModelConfig& config, int64_t context)> saved_floats_per_token;
   // InputError for settings the part cannot be built with; may be empty.
   std::function<void(const ModelConfig& config)> check;
   // Why a captured CUDA graph cannot replay its decode step (sampler/decode_step.h); empty: it can.

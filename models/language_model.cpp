@@ -1,5 +1,7 @@
 #include "models/language_model.h"
 
+#include <numeric>
+
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -184,8 +186,9 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
       return block->mixer_branch(x, context, mod);
     };
     ResidualBranch ffn = [block](const torch::Tensor& h, const Modulation& mod) { return block->ffn_branch(h, mod); };
-    stream->add(mixer_site(i), run_branch(recompute, std::move(mixer), stream->input(mixer_site(i)), m[0], block));
-    stream->add(ffn_site(i), run_branch(recompute, std::move(ffn), stream->input(ffn_site(i)), m[1], block));
+    stream->add(mixer_site(i),
+                run_branch(recompute, std::move(mixer), stream->input(mixer_site(i)), m[0], block, 2 * i));
+    stream->add(ffn_site(i), run_branch(recompute, std::move(ffn), stream->input(ffn_site(i)), m[1], block, 2 * i + 1));
   }
   auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
   if (varying) x = varying->to_model_width(x, config_.d_model);
@@ -196,10 +199,40 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
 }
 
+// A branch whose weights come and go needs its own autograd node once gradient is on: backward must find the
+// weights again (models/branch_node.h). Without gradient, holding them around the call is enough.
 torch::Tensor LanguageModelImpl::run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x,
-                                           const Modulation& m, const std::shared_ptr<BlockImpl>& block) {
-  if (!recompute) return branch(x, m);
-  return checkpointed_branch(std::move(branch), x, m, block, checkpointed_auxiliary_);
+                                           const Modulation& m, const std::shared_ptr<BlockImpl>& block,
+                                           int64_t unit) {
+  if (recompute || (residency_ && torch::GradMode::is_enabled()))
+    return branch_node(std::move(branch), x, m, block, node_auxiliary_, {recompute, residency_, unit});
+  if (!residency_) return branch(x, m);
+  const ResidentUnits weights(residency_, {unit});
+  return branch(x, m);
+}
+
+std::vector<std::vector<torch::Tensor>> LanguageModelImpl::residency_units() const {
+  std::vector<std::vector<torch::Tensor>> units;
+  const auto add_trained = [&](const torch::nn::Module& part) {
+    for (const auto& p : part.parameters())
+      if (p.requires_grad()) units.back().push_back(p);
+  };
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    const auto& block = blocks->at<BlockImpl>(i);
+    units.emplace_back();
+    add_trained(*block.attn_norm);
+    add_trained(*block.mixer);
+    units.emplace_back();
+    add_trained(*block.mlp_norm);
+    add_trained(*block.ffn);
+  }
+  return units;
+}
+
+ResidentUnits LanguageModelImpl::whole_parameters() const {
+  std::vector<int64_t> all(residency_ ? static_cast<size_t>(2 * config_.n_layers) : 0);
+  std::iota(all.begin(), all.end(), 0);
+  return ResidentUnits(residency_, std::move(all));
 }
 
 // Copies of the tokens from every stream's table, stream 1 first, interleaved into slots.

@@ -15,13 +15,14 @@
 #include <torch/nn/pimpl.h>
 
 #include "config/config.h"
-#include "models/activation_checkpoint.h"
 #include "models/attention_mask.h"
 #include "models/auxiliary.h"
+#include "models/branch_node.h"
 #include "models/hidden_streams.h"
 #include "models/init.h"
 #include "models/kv_cache.h"
 #include "models/modulation.h"
+#include "models/parameter_residency.h"
 #include "models/residual_routing.h"
 #include "models/rms_norm.h"
 #include "models/time_embedding.h"
@@ -64,8 +65,8 @@ struct ParamCounts {
   int64_t routing = 0;  // residual routing queries, key norms, null sources and gates (part of non_embedding)
 };
 
-// An AuxiliarySource for the auxiliary losses of checkpointed blocks, which it holds as outputs of their
-// checkpointed nodes (models/activation_checkpoint.h).
+// An AuxiliarySource for the auxiliary losses of branches run as autograd nodes, which it holds as outputs of
+// those nodes (models/branch_node.h).
 class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
  public:
   // Builds and initialises with the scheme named by config.init. token_count: the tokenizer's ids (<= vocab_size;
@@ -78,7 +79,17 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   // Activation checkpointing in training forwards with gradient (docs/training.md): blocks 0, k, 2k, ... with
   // every = k recompute their branches in backward; 0: none.
   void set_activation_checkpointing(int64_t every) { checkpoint_every_ = every; }
-  AuxiliaryOutputs take_auxiliary() override { return std::exchange(checkpointed_auxiliary_, AuxiliaryOutputs{}); }
+  AuxiliaryOutputs take_auxiliary() override { return std::exchange(node_auxiliary_, AuxiliaryOutputs{}); }
+
+  // The trained weights of each residual branch, unit 2i the mixer's of block i (its norm included) and 2i + 1
+  // the feed-forward's; everything else (embeddings, head, final norm, routing, adaLN, fixed tensors such as the
+  // MoE selection bias) is in no unit.
+  std::vector<std::vector<torch::Tensor>> residency_units() const;
+  // From now on every branch acquires its unit's weights from `residency` around each use (ZeRO stage 3,
+  // models/parameter_residency.h); null: the weights are always whole.
+  void set_parameter_residency(std::shared_ptr<ParameterResidency> residency) { residency_ = std::move(residency); }
+  // Every unit whole while the result lives (generation, checkpoint writing); nothing without a residency.
+  ResidentUnits whole_parameters() const;
 
   // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
   KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
@@ -110,7 +121,7 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   void scale_init_to_layer_widths();
   torch::Tensor embed_streams(const torch::Tensor& tokens);
   torch::Tensor run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
-                           const std::shared_ptr<BlockImpl>& block);
+                           const std::shared_ptr<BlockImpl>& block, int64_t unit);
 
   ModelConfig config_;
   int64_t vocab_size_;
@@ -120,7 +131,8 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   ResidualStreamStarter start_stream_;  // plain, routed or width-varying: decided once, at construction
   torch::Tensor rope_omega_;  // RoPE frequencies of the model width, float64, on the device of the last forward
   int64_t checkpoint_every_ = 0;
-  AuxiliaryOutputs checkpointed_auxiliary_;
+  std::shared_ptr<ParameterResidency> residency_;
+  AuxiliaryOutputs node_auxiliary_;
 };
 TORCH_MODULE(LanguageModel);
 

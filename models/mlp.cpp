@@ -22,6 +22,8 @@ FeedForwardKind swiglu_feed_forward_kind() {
     return std::make_shared<SwiGLUImpl>(config.d_model, resolved_ffn_dim(config));
   };
   kind.parameter_count = [](const ModelConfig& config) { return 3 * config.d_model * resolved_ffn_dim(config); };
+  // The gate and up projections, the gate's SiLU and the product down_proj reads.
+  kind.saved_floats_per_token = [](const ModelConfig& config, int64_t) { return 4.0 * resolved_ffn_dim(config); };
   return kind;
 }
 

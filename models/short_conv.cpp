@@ -35,6 +35,8 @@ TokenMixerKind short_conv_mixer_kind() {
   kind.description = "gated short convolution";
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<ShortConvImpl>(config, layer); };
   kind.parameter_count = ShortConvImpl::parameter_count;
+  // The in-projection's three chunks, the gated value, the convolution's output and out_proj's input.
+  kind.saved_floats_per_token = [](const ModelConfig& config, int64_t) { return 6.0 * config.d_model; };
   kind.graph_decode_obstacle = "short convolutions";  // the decode step re-creates its state
   return kind;
 }

@@ -1,8 +1,6 @@
 // Autoregressive objective: L = -sum_t log p(x_{t+1} | x_{<=t}) over real (non-pad) targets.
 #include "objectives/ar.h"
 
-#include <cmath>
-
 #include <torch/nn/functional/loss.h>
 
 namespace inkstone {
@@ -51,22 +49,18 @@ LossOutput AutoregressiveObjective::loss(LanguageModelImpl& model, const Batch& 
   return out;
 }
 
-std::map<std::string, double> AutoregressiveObjective::evaluate(LanguageModelImpl& model,
-                                                                const EvalSource& source) {
+ValidationSums AutoregressiveObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   torch::NoGradGuard no_grad;
-  double nll_sum = 0.0, tokens = 0.0, correct = 0.0;
+  ValidationSums totals;
+  double& nll = totals.sums["loss_nats"];
+  double& correct = totals.sums["accuracy"];
   for (int64_t i = 0; i < source.num_batches(); ++i) {
     auto t = next_token_losses(model, source.batch(i));
-    nll_sum += t.nll.to(torch::kDouble).sum().item<double>();
-    tokens += t.real.sum().item<double>();
+    nll += t.nll.to(torch::kDouble).sum().item<double>();
+    totals.units += t.real.sum().item<double>();
     correct += t.correct.sum().item<double>();
   }
-  const double nats = tokens > 0 ? nll_sum / tokens : 0.0;
-  return {{"loss_nats", nats},
-          {"perplexity", std::exp(nats)},
-          {"bits_per_byte", nats / std::log(2.0) / source.bytes_per_token()},
-          {"accuracy", tokens > 0 ? correct / tokens : 0.0},
-          {"tokens", tokens}};
+  return totals;
 }
 
 }  // namespace inkstone

@@ -10,7 +10,7 @@ class AutoregressiveObjective : public Objective {
   std::string name() const override { return "ar"; }
   ObjectiveNeeds needs() const override;
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 };
 
 }  // namespace inkstone

@@ -1,10 +1,9 @@
 #include "objectives/diffusion_objective.h"
 
-#include <cmath>
-
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
 
+#include "core/counter_hash.h"
 #include "core/errors.h"
 #include "objectives/diffusion_time.h"
 
@@ -96,11 +95,15 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
   return out;
 }
 
-std::map<std::string, double> DiffusionObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+ValidationSums DiffusionObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   torch::NoGradGuard no_grad;
-  auto generator = at::detail::createCPUGenerator(eval_seed_);
-  double nelbo_sum = 0.0, tokens = 0.0, corrupted = 0.0;
+  ValidationSums totals;
+  double& nelbo = totals.sums["loss_nats"];
+  double& corrupted = totals.sums["corrupted_fraction"];
   for (int64_t i = 0; i < source.num_batches(); ++i) {
+    // Each batch's noise from its place in the whole split: the same whichever rank scores it.
+    auto generator = at::detail::createCPUGenerator(
+        counter_hash({eval_seed_, static_cast<uint64_t>(source.split_index(i))}));
     const Batch batch = source.batch(i);
     check_clean_tokens(batch);
     const auto device = batch.tokens.device();
@@ -108,16 +111,11 @@ std::map<std::string, double> DiffusionObjective::evaluate(LanguageModelImpl& mo
     const auto t = eval_time_grid(diffusion_.t_min, x.size(0));
     const auto z = torch::where(batch.real.cpu(), corrupt(x, schedule_->alpha(t), &generator), x);
     const auto s = score(model, batch, t.to(device), z.to(device));
-    nelbo_sum += s.nelbo.to(torch::kDouble).sum().item<double>();
-    tokens += s.real.sum().item<double>();
+    nelbo += s.nelbo.to(torch::kDouble).sum().item<double>();
+    totals.units += s.real.sum().item<double>();
     corrupted += s.corrupted.sum().item<double>();
   }
-  const double nats = tokens > 0 ? nelbo_sum / tokens : 0.0;
-  return {{"loss_nats", nats},
-          {"perplexity", std::exp(nats)},
-          {"bits_per_byte", nats / std::log(2.0) / source.bytes_per_token()},
-          {"corrupted_fraction", tokens > 0 ? corrupted / tokens : 0.0},
-          {"tokens", tokens}};
+  return totals;
 }
 
 }  // namespace inkstone

@@ -36,9 +36,10 @@ class DiffusionObjective : public Objective {
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The forward process's kind, which a sampler inverts.
   virtual DiffusionNoise noise() const = 0;
-  // NELBO per token over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
-  // run.seed. perplexity and bits_per_byte are upper bounds (docs/diffusion.md, "Evaluation").
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  // NELBO summed over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
+  // (run.seed, the batch's place in the split). perplexity and bits_per_byte are upper bounds (docs/diffusion.md,
+  // "Evaluation").
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 
   // z_t for clean tokens x [B, L] at signal level alpha (broadcastable to x): each token is replaced with
   // probability 1 − α. Drawn on x's device from `generator` (nullptr: the default one).

@@ -77,7 +77,7 @@ LossOutput FlowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   return out;
 }
 
-std::map<std::string, double> FlowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+ValidationSums FlowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   return next_token_.evaluate(model, source);
 }
 

@@ -29,7 +29,7 @@ class FlowrlObjective : public Objective {
   // Units are rollouts: L = mean_i w_i δ_i².
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The policy is an AR model: windows are scored by next-token loss.
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
   std::shared_ptr<torch::nn::Module> trainable() override { return head_.ptr(); }
 
   // [B]: log Z_φ of each row's prompt, from the hidden states [B, W−1, d] of policy_log_probs.

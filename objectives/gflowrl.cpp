@@ -82,7 +82,7 @@ LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) 
   return out;
 }
 
-std::map<std::string, double> GflowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+ValidationSums GflowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   return next_token_.evaluate(model, source);
 }
 

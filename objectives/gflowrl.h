@@ -27,7 +27,7 @@ class GflowrlObjective : public Objective {
   // Units are the kept rollouts, so the denominator is G_kept (docs/rl.md, "Degenerate groups").
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The policy is an AR model: windows are scored by next-token loss.
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
   std::map<std::string, double> rollout_metrics(const Batch& batch) const override;
 
  private:

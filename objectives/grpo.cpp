@@ -91,7 +91,7 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   return out;
 }
 
-std::map<std::string, double> GrpoObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+ValidationSums GrpoObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
   return next_token_.evaluate(model, source);
 }
 

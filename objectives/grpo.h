@@ -17,7 +17,7 @@ class GrpoObjective : public Objective {
   // Units: policy tokens for token_mean, sequences otherwise (docs/rl.md, "Loss aggregation").
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   // The policy is an AR model: windows are scored by next-token loss.
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 
  private:
   GrpoConfig config_;

@@ -11,6 +11,7 @@
 #include "core/batch.h"
 #include "dataset/tokenizer.h"
 #include "models/language_model.h"
+#include "objectives/validation_sums.h"
 
 namespace inkstone {
 
@@ -44,8 +45,9 @@ class Objective {
   virtual std::string name() const = 0;
   virtual ObjectiveNeeds needs() const = 0;
   virtual LossOutput loss(LanguageModelImpl& model, const Batch& batch) = 0;
-  // Validation metrics over the whole source (float64 accumulation). Keys include loss_nats.
-  virtual std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
+  // Validation totals over every batch of the source (float64 accumulation), which add up over sources that
+  // split a validation set (sharded validation); validation_metrics() turns them into means.
+  virtual ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
   // Statistics of a whole rollout batch that are fixed before any update (e.g. quantiles of quantities computed
   // without gradient); the rollout step source logs them once per batch. Window objectives have none.
   virtual std::map<std::string, double> rollout_metrics(const Batch&) const { return {}; }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fmt/format.h>
@@ -109,6 +110,10 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
   options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
+  // Under ZeRO-3 generation holds the whole policy: the ranks decode different numbers of steps, so they cannot
+  // gather weights branch by branch in step.
+  std::optional<ResidentUnits> whole_policy;
+  whole_policy.emplace(session.model()->whole_parameters());
   Rollouts rollouts = generate_rollouts(session.model(), session.tokenizer(), ids, options,
                                         step * rl_.prompts_per_step + rank * rank_prompts());
 
@@ -142,6 +147,7 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
       line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
     }
   }
+  whole_policy.reset();
   for (const auto& [name, value] : session.objective().rollout_metrics(batch)) line[name] = value;
 
   int64_t degenerate = 0;
@@ -234,6 +240,7 @@ EvalReport RolloutSource::evaluate(TrainingSession& session) {
   const int64_t share = options.problems / world_size_;
   options.first_problem = rank_ * share;
   options.problems = share;
+  const ResidentUnits whole_policy = session.model()->whole_parameters();  // see step()
   nlohmann::json line(evaluate_policy(session.model(), session.tokenizer(), *eval_problems_, rewards_, options));
   reduce_line_over_ranks(line, session.distributed(), fmt::format("rl_eval_{}", session.step()), session.device(),
                          {"problems"});

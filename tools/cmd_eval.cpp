@@ -143,7 +143,7 @@ int eval(const EvalOptions& o) {
   const int64_t batch = o.batch_size > 0 ? o.batch_size : config.train.batch_size / config.train.grad_accum;
   WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device,
                           trained.config.data.document_mask ? trained.tokenizer->specials().eos : -1);
-  auto metrics = trained.objective->evaluate(*trained.model, source);
+  auto metrics = validation_metrics(trained.objective->evaluate(*trained.model, source), source.bytes_per_token());
 
   print_metrics(o, trained, "split " + o.split, metrics);
   return 0;

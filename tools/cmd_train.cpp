@@ -1,4 +1,5 @@
-// `inkstone train CONFIG.toml [--set section.key=value ...] [--run-dir DIR] [--resume] [--print-defaults]`
+// `inkstone train CONFIG.toml [--set section.key=value ...] [--run-dir DIR] [--resume] [--print-defaults]
+//  [--dry-run [--ranks N]]`
 #include <cstring>
 
 #include <fmt/format.h>
@@ -12,6 +13,7 @@
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 #include "train/distributed.h"
+#include "train/memory_plan.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
 #include "train/window_source.h"
@@ -25,7 +27,24 @@ struct TrainOptions {
   std::string run_dir;
   bool resume = false;
   bool print_defaults = false;
+  bool dry_run = false;
+  int64_t ranks = 0;  // for --dry-run; 0: the launch's, or 1
 };
+
+// Per-rank memory of the run `config` describes, predicted without building it (train/memory_plan.h).
+int dry_run(const Config& config, int64_t ranks) {
+  if (objective_batch_kind(config.objective.name) == BatchKind::rollouts)
+    throw InputError(fmt::format("--dry-run predicts training on token windows; objective '{}' trains on rollouts",
+                                 config.objective.name));
+  const int64_t split = ranks * config.train.grad_accum;
+  if (config.train.batch_size % split != 0)
+    throw InputError(fmt::format("train.batch_size = {} does not split over {} rank(s) x train.grad_accum = {}",
+                                 config.train.batch_size, ranks, config.train.grad_accum));
+  const RunContext ctx = prepare_run(config);
+  const bool bf16 = config.run.precision == "bf16" && ctx.device.is_cuda();
+  fmt::print("{}", describe(plan_memory(config, ctx.tokenizer->vocab_size(), ranks, bf16)));
+  return 0;
+}
 
 // A data-parallel rank's process group (its own GPU first), or a single process's.
 std::shared_ptr<Distributed> join_launch(const LaunchEnv& launch, const Config& config, torch::Device& device) {
@@ -72,8 +91,9 @@ int train(const TrainOptions& o) {
   }
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
-  const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);
   const LaunchEnv launch = launch_env_from_environment();
+  if (o.dry_run) return dry_run(config, o.ranks > 0 ? o.ranks : launch.world_size);
+  const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);
   // Rank 0 alone writes the run folder, so it alone holds the folder's lock.
   std::optional<RunLock> lock;
   if (launch.rank == 0) lock.emplace(run_dir);
@@ -146,6 +166,10 @@ void add_train_command(CLI::App& app, Action& action) {
   cmd->add_option("--run-dir", options->run_dir, "Run folder (default: run.run_dir or runs/<run.name>)");
   cmd->add_flag("--resume", options->resume, "Continue from the newest checkpoint in the run folder");
   cmd->add_flag("--print-defaults", options->print_defaults, "Print every key with its default and exit");
+  auto* dry = cmd->add_flag("--dry-run", options->dry_run, "Print the predicted memory per rank and exit (builds nothing)");
+  cmd->add_option("--ranks", options->ranks, "Data-parallel ranks for --dry-run (default: the launch's, or 1)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))
+      ->needs(dry);
   cmd->callback([options, &action] { action = [options] { return train(*options); }; });
 }
 

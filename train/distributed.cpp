@@ -7,6 +7,8 @@
 #include <optional>
 
 #include <fmt/format.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
 
 #ifndef USE_C10D_GLOO
 #define USE_C10D_GLOO  // Debian's libtorch and the pip wheels are built with Gloo; its header asks for this macro
@@ -192,17 +194,36 @@ void guarded(int64_t rank, std::chrono::milliseconds timeout, const char* what, 
 
 }  // namespace
 
+struct PendingWork {
+  std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  std::string what;
+};
+
 void Distributed::broadcast_from(std::vector<torch::Tensor> tensors, int64_t root) {
-  if (!active()) return;
-  guarded(rank_, timeout_, fmt::format("broadcast from rank {}", root).c_str(), [&] {
+  wait(start_broadcast(std::move(tensors), root));
+}
+
+PendingCollective Distributed::start_broadcast(std::vector<torch::Tensor> tensors, int64_t root) {
+  if (!active()) return nullptr;
+  auto pending = std::make_shared<PendingWork>();
+  pending->what = fmt::format("broadcast from rank {}", root);
+  guarded(rank_, timeout_, pending->what.c_str(), [&] {
     torch::NoGradGuard no_grad;
     c10d::BroadcastOptions options;
     options.rootRank = root;
     // One tensor per call: c10d reads several tensors of one call as copies on several local devices.
     for (auto& t : tensors) {
       std::vector<torch::Tensor> one{t};
-      group_->backend->broadcast(one, options)->wait();
+      pending->works.push_back(group_->backend->broadcast(one, options));
     }
+  });
+  return pending;
+}
+
+void Distributed::wait(const PendingCollective& pending) {
+  if (!pending) return;
+  guarded(rank_, timeout_, pending->what.c_str(), [&] {
+    for (auto& work : pending->works) work->wait();
   });
 }
 
@@ -224,9 +245,11 @@ void Distributed::all_reduce(std::vector<torch::Tensor> tensors, ReduceOp op) {
   });
 }
 
-void Distributed::start_sum(torch::Tensor flat, std::optional<int64_t> root) {
-  if (!active()) return;
-  guarded(rank_, timeout_, root ? "gradient reduce" : "gradient all-reduce", [&] {
+PendingCollective Distributed::start_sum(torch::Tensor flat, std::optional<int64_t> root) {
+  if (!active()) return nullptr;
+  auto pending = std::make_shared<PendingWork>();
+  pending->what = root ? "gradient reduce" : "gradient all-reduce";
+  guarded(rank_, timeout_, pending->what.c_str(), [&] {
     std::vector<torch::Tensor> one{std::move(flat)};
     if (root) {
       c10d::ReduceOptions options;
@@ -235,7 +258,9 @@ void Distributed::start_sum(torch::Tensor flat, std::optional<int64_t> root) {
     } else {
       group_->in_flight.push_back(group_->backend->allreduce(one));
     }
+    pending->works.push_back(group_->in_flight.back());
   });
+  return pending;
 }
 
 void Distributed::wait_all() {
@@ -303,6 +328,30 @@ void restore_rank_rng(const nlohmann::json& state, const Distributed& distribute
   restore_rng_state(streams.at(static_cast<size_t>(distributed.rank())), "state.json");
 }
 
+namespace {
+
+// Forgets a foreign parameter's gradient right after autograd has accumulated it in the armed backward: it is in
+// its bucket already (ZeRO stages 2 and 3).
+class ForgetGradient : public torch::autograd::FunctionPostHook {
+ public:
+  ForgetGradient(torch::Tensor parameter, std::shared_ptr<bool> armed)
+      : parameter_(std::move(parameter)), armed_(std::move(armed)) {}
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    if (*armed_) parameter_.mutable_grad().reset();
+    return outputs;
+  }
+
+ private:
+  torch::Tensor parameter_;
+  std::shared_ptr<bool> armed_;
+};
+
+// Foreign buckets whose reduce may still be running while backward goes on; older ones are waited for and freed.
+constexpr size_t kForeignBucketsInFlight = 2;
+
+}  // namespace
+
 struct GradientSynchroniser::Bucket {
   torch::Tensor flat;  // allocated when the first gradient arrives
   int64_t numel = 0;
@@ -352,6 +401,13 @@ GradientSynchroniser::GradientSynchroniser(Distributed& distributed, const Named
   }
   for (size_t k = 0; k < n; ++k)
     hook_handles_.push_back(parameters_[k].register_hook([this, k](torch::Tensor grad) { on_gradient(k, grad); }));
+  forgetting_ = std::make_shared<bool>(false);
+  for (size_t k = 0; k < n; ++k) {
+    if (owned(k)) continue;
+    auto accumulator = torch::autograd::impl::grad_accumulator(parameters_[k]);
+    accumulator->add_post_hook(std::make_unique<ForgetGradient>(parameters_[k], forgetting_));
+    foreign_accumulators_.push_back(std::move(accumulator));
+  }
 }
 
 GradientSynchroniser::~GradientSynchroniser() {
@@ -361,6 +417,7 @@ GradientSynchroniser::~GradientSynchroniser() {
 void GradientSynchroniser::arm() {
   if (!distributed_.active()) return;
   armed_ = true;
+  *forgetting_ = true;
   std::fill(ready_.begin(), ready_.end(), false);
   for (auto& bucket : buckets_) {
     bucket.pending = bucket.members.size();
@@ -396,7 +453,14 @@ void GradientSynchroniser::on_gradient(size_t parameter, const torch::Tensor& in
 
 void GradientSynchroniser::send(Bucket& bucket) {
   bucket.sent = true;
-  distributed_.start_sum(bucket.flat, bucket.root);
+  PendingCollective pending = distributed_.start_sum(bucket.flat, bucket.root);
+  if (!bucket.root || *bucket.root == distributed_.rank()) return;
+  foreign_in_flight_.emplace_back(static_cast<size_t>(&bucket - buckets_.data()), std::move(pending));
+  while (foreign_in_flight_.size() > kForeignBucketsInFlight) {
+    distributed_.wait(foreign_in_flight_.front().second);
+    buckets_[foreign_in_flight_.front().first].flat = torch::Tensor();
+    foreign_in_flight_.pop_front();
+  }
 }
 
 void GradientSynchroniser::finish() {
@@ -418,6 +482,8 @@ void GradientSynchroniser::finish() {
     send(bucket);
   }
   distributed_.wait_all();
+  foreign_in_flight_.clear();
+  *forgetting_ = false;
   for (size_t k = 0; k < parameters_.size(); ++k) {
     if (!owned(k)) {
       parameters_[k].mutable_grad().reset();  // reduced into its owner's gradient

@@ -3,6 +3,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -14,6 +15,10 @@
 
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
+
+namespace torch::autograd {
+struct Node;
+}  // namespace torch::autograd
 
 namespace inkstone {
 
@@ -48,6 +53,10 @@ class DistributedError : public std::runtime_error {
 
 enum class ReduceOp { sum, min, max };
 
+// A collective in flight (Distributed::start_broadcast); Distributed::wait completes it.
+struct PendingWork;
+using PendingCollective = std::shared_ptr<PendingWork>;
+
 // The process group of a launch. A default-constructed one is a single process: every collective is a no-op.
 class Distributed {
  public:
@@ -68,12 +77,16 @@ class Distributed {
 
   // Copies rank `root`'s values into every rank's tensors, in place.
   void broadcast_from(std::vector<torch::Tensor> tensors, int64_t root);
+  // The same, started without waiting: the tensors must stay alive and untouched until wait(). Null when there
+  // is nothing to wait for (a single process).
+  PendingCollective start_broadcast(std::vector<torch::Tensor> tensors, int64_t root);
+  void wait(const PendingCollective& pending);
   void broadcast_from_main(std::vector<torch::Tensor> tensors) { broadcast_from(std::move(tensors), 0); }
   // Reduces each tensor across ranks in place and waits for the result.
   void all_reduce(std::vector<torch::Tensor> tensors, ReduceOp op);
   // Starts a sum all-reduce of `flat` in place, or with `root` a sum reduce whose result only rank `root`'s
-  // `flat` holds; wait_all() completes every started one, in start order.
-  void start_sum(torch::Tensor flat, std::optional<int64_t> root = std::nullopt);
+  // `flat` holds; wait_all() completes every started one, in start order, and wait() this one.
+  PendingCollective start_sum(torch::Tensor flat, std::optional<int64_t> root = std::nullopt);
   void wait_all();
   // Every rank's `text` on rank 0 (in rank order); other ranks get an empty list. Goes through the store, so
   // `key` must be unique for each call (e.g. include the step).
@@ -102,9 +115,10 @@ void restore_rank_rng(const nlohmann::json& state, const Distributed& distribute
 // produces them); a hook on each parameter copies its accumulated gradient into its bucket, and a full bucket is
 // all-reduced asynchronously while autograd continues. Only a backward after arm() is synchronised, so earlier
 // micro-batches of an accumulated step cost no communication.
-// With `owners` (ZeRO stage 2, train/zero_sharding.h: the rank that updates each parameter), a bucket holds the
-// parameters of one owner and is reduced to that rank only; the other ranks drop those gradients and the bucket's
-// buffer after the step, so a rank keeps the gradients of its own shard.
+// With `owners` (ZeRO stages 2 and 3, train/zero_sharding.h: the rank that updates each parameter), a bucket holds
+// the parameters of one owner and is reduced to that rank only. During the step's last backward the other ranks
+// forget such a gradient as soon as it is in its bucket, and free the bucket once at most one newer foreign
+// bucket is still in flight, so a rank keeps the gradients of its own shard plus about two buckets.
 class GradientSynchroniser {
  public:
   GradientSynchroniser(Distributed& distributed, const NamedTensors& parameters, int64_t bucket_bytes,
@@ -132,6 +146,11 @@ class GradientSynchroniser {
   std::vector<torch::Tensor> parameters_;
   std::vector<int64_t> owners_;  // empty: every rank keeps every gradient (all-reduce)
   std::vector<unsigned> hook_handles_;
+  // The gradient accumulators of foreign parameters, kept alive so that their post-hooks stay (autograd would
+  // otherwise make new ones each backward).
+  std::vector<std::shared_ptr<torch::autograd::Node>> foreign_accumulators_;
+  std::shared_ptr<bool> forgetting_;  // read by those post-hooks: true during the armed backward
+  std::deque<std::pair<size_t, PendingCollective>> foreign_in_flight_;  // bucket index, its reduce
   std::vector<Bucket> buckets_;
   std::vector<size_t> bucket_of_;   // parameter -> bucket
   std::vector<int64_t> offset_of_;  // parameter -> its offset in the bucket's flat buffer

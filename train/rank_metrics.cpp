@@ -76,4 +76,16 @@ void reduce_line_over_ranks(nlohmann::json& line, Distributed& distributed, cons
   }
 }
 
+void sum_over_ranks(ValidationSums& totals, Distributed& distributed, torch::Device device) {
+  if (!distributed.active()) return;
+  std::vector<double> values{totals.units};
+  for (const auto& [name, sum] : totals.sums) values.push_back(sum);
+  auto packed = torch::tensor(values, torch::kDouble).to(device);
+  distributed.all_reduce({packed}, ReduceOp::sum);
+  packed = packed.cpu();
+  totals.units = packed[0].item<double>();
+  int64_t k = 1;
+  for (auto& [name, sum] : totals.sums) sum = packed[k++].item<double>();
+}
+
 }  // namespace inkstone

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/types.h>
 
+#include "objectives/validation_sums.h"
 #include "train/distributed.h"
 
 namespace inkstone {
@@ -17,5 +18,8 @@ namespace inkstone {
 // `device` (NCCL takes CUDA tensors only). Nothing happens in a single process.
 void reduce_line_over_ranks(nlohmann::json& line, Distributed& distributed, const std::string& key,
                             torch::Device device, const std::set<std::string>& sums = {});
+
+// Validation totals summed over the ranks, in place (every rank's objective reports the same sums).
+void sum_over_ranks(ValidationSums& totals, Distributed& distributed, torch::Device device);
 
 }  // namespace inkstone

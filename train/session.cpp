@@ -83,9 +83,15 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
 
   std::vector<int64_t> gradient_owners;
   if (distributed_->active() && config_.distributed.zero_stage > 0) {
-    zero_ = std::make_unique<ZeroSharding>(*distributed_, optimized_, config_.distributed.zero_stage);
+    const int64_t stage = config_.distributed.zero_stage;
+    const auto units = model_->residency_units();
+    std::vector<torch::Tensor> gathered;
+    if (stage == 3)
+      for (const auto& unit : units) gathered.insert(gathered.end(), unit.begin(), unit.end());
+    zero_ = std::make_unique<ZeroSharding>(*distributed_, optimized_, stage, gathered);
     groups = {zero_->owned(groups.decay), zero_->owned(groups.no_decay)};
-    if (zero_->stage() >= 2) gradient_owners = zero_->owners();
+    if (stage >= 2) gradient_owners = zero_->owners();
+    if (stage == 3) gathering_ = std::make_shared<ParameterGathering>(*distributed_, *zero_, units);
   }
   stepped_ = groups.decay;
   stepped_.insert(stepped_.end(), groups.no_decay.begin(), groups.no_decay.end());
@@ -123,7 +129,7 @@ void TrainingSession::restore_optimizer(const CheckpointData& checkpoint, const 
     if (!zero_ || checkpoint.optimizer_shards != distributed_->world_size())
       throw InputError(fmt::format(
           "{} holds its optimizer state in {} ZeRO shards, and this run has {} rank(s) with distributed.zero_stage "
-          "= {}: resume with {} ranks and zero_stage 1 or 2, or write a whole checkpoint with `inkstone checkpoint "
+          "= {}: resume with {} ranks and zero_stage 1, 2 or 3, or write a whole checkpoint with `inkstone checkpoint "
           "consolidate`",
           origin, checkpoint.optimizer_shards, distributed_->world_size(), config_.distributed.zero_stage,
           checkpoint.optimizer_shards));
@@ -183,13 +189,14 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
   optimizer_->step();
   if (zero_) zero_->share_updated_parameters();
   after_optimizer_step_on_all_ranks(*model_, *distributed_);
-  weights_finite_ = all_finite(parameters_);
+  weights_finite_ = zero_ ? zero_->all_weights_finite() : all_finite(parameters_);
   u.applied = true;
   return u;
 }
 
 std::filesystem::path TrainingSession::save(const StepSource& source) {
   const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
+  const ResidentUnits whole = model_->whole_parameters();  // ZeRO-3: rank 0 writes every weight
   CheckpointData data;
   if (zero_) {
     // Each rank stages its shard; rank 0 collects them once every rank is done (the all-reduce is the barrier).
@@ -235,6 +242,11 @@ TrainResult TrainingSession::run(StepSource& source) {
     distributed_->broadcast_from_main(state);  // every rank starts from rank 0's weights
   }
   weights_finite_ = all_finite(parameters_);
+  if (gathering_) {
+    // From here each rank keeps its own branch weights only (docs/training.md, "ZeRO").
+    gathering_->release_foreign_weights();
+    model_->set_parameter_residency(gathering_);
+  }
 
   auto evaluate = [&](int64_t done) {
     EvalReport report = source.evaluate(*this);
@@ -270,6 +282,10 @@ TrainResult TrainingSession::run(StepSource& source) {
       result.stop_signal = stop_signal;
       break;
     }
+  }
+  if (gathering_) {
+    gathering_->make_whole_for_good();
+    model_->set_parameter_residency(nullptr);
   }
   if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
   log_.reset();

@@ -26,6 +26,7 @@
 #include "train/gradient_accumulation.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
+#include "train/parameter_gathering.h"
 #include "train/zero_sharding.h"
 
 namespace inkstone {
@@ -136,6 +137,7 @@ class TrainingSession {
   std::shared_ptr<Distributed> distributed_;
   std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run
   std::unique_ptr<ZeroSharding> zero_;                  // only with distributed.zero_stage > 0 and several ranks
+  std::shared_ptr<ParameterGathering> gathering_;       // only with ZeRO stage 3; the model's residency in run()
   std::optional<MetricsLog> log_;                       // rank 0, during run()
   torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
   int64_t step_ = 0;

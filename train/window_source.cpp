@@ -5,6 +5,7 @@
 
 #include "core/errors.h"
 #include "core/torch_compat.h"
+#include "train/rank_metrics.h"
 
 namespace inkstone {
 
@@ -18,15 +19,17 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
-                                   torch::Device device, int64_t document_eos)
-    : loader_(loader), batch_size_(batch_size), device_(device), document_eos_(document_eos) {
+                                   torch::Device device, int64_t document_eos, int64_t rank, int64_t ranks)
+    : loader_(loader), batch_size_(batch_size), device_(device), document_eos_(document_eos), rank_(rank),
+      ranks_(ranks) {
   const int64_t windows = loader.num_eval_windows();
-  num_batches_ = (windows + batch_size - 1) / batch_size;
-  if (max_batches > 0) num_batches_ = std::min(num_batches_, max_batches);
+  int64_t split_batches = (windows + batch_size - 1) / batch_size;
+  if (max_batches > 0) split_batches = std::min(split_batches, max_batches);
+  num_batches_ = std::max<int64_t>(0, (split_batches - rank + ranks - 1) / ranks);
 }
 
 Batch WindowEvalSource::batch(int64_t index) const {
-  const int64_t first = index * batch_size_;
+  const int64_t first = split_index(index) * batch_size_;
   const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
   Batch batch = token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
   if (document_eos_ >= 0) batch.documents = packed_documents(batch.tokens, document_eos_);
@@ -105,16 +108,24 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   return report;
 }
 
-// Every rank evaluates the same batches with the same weights, in the precision the run trains in (a bf16 run's
-// fp32 evaluation cost more than a training step).
+// Each rank scores its share of the batches (docs/training.md, "Sharded validation") and the totals are summed
+// over the ranks, in the precision the run trains in (a bf16 run's fp32 evaluation cost more than a training step).
 EvalReport WindowSource::evaluate(TrainingSession& session) {
   LanguageModelImpl& model = *session.model();
+  Distributed& distributed = session.distributed();
   model.eval();
   compat::CudaAutocastScope autocast(session.autocast());
   WindowEvalSource source(*val_data_, train_.batch_size / train_.grad_accum, train_.eval_batches, device_,
-                          document_eos_);
+                          document_eos_, distributed.rank(), distributed.world_size());
+  ValidationSums totals;
+  {
+    // Under ZeRO-3 the ranks score different numbers of batches, so they cannot gather weights branch by branch.
+    const ResidentUnits whole = model.whole_parameters();
+    totals = session.objective().evaluate(model, source);
+  }
+  sum_over_ranks(totals, distributed, device_);
   EvalReport report;
-  report.metrics = session.objective().evaluate(model, source);
+  report.metrics = validation_metrics(totals, source.bytes_per_token());
   model.train();
   report.line = {{"split", "val"}, {"tokens_seen", tokens_seen_}, {"loss", report.metrics.at("loss_nats")}};
   for (const auto& [name, value] : report.metrics) report.line[name] = value;

@@ -15,14 +15,16 @@ namespace inkstone {
 // Rows [row_begin, row_end) of a host batch as device tensors.
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device);
 
-// A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all).
+// A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all). Sharded
+// over `ranks`, rank r holds the split's batches r, r + ranks, r + 2·ranks, ...
 class WindowEvalSource : public EvalSource {
  public:
   // document_eos ≥ 0: batches carry packed_documents(tokens, document_eos) (data.document_mask).
   WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches, torch::Device device,
-                   int64_t document_eos = -1);
+                   int64_t document_eos = -1, int64_t rank = 0, int64_t ranks = 1);
   int64_t num_batches() const override { return num_batches_; }
   Batch batch(int64_t index) const override;
+  int64_t split_index(int64_t index) const override { return rank_ + index * ranks_; }
   double bytes_per_token() const override { return loader_.bytes_per_token(); }
 
  private:
@@ -31,6 +33,8 @@ class WindowEvalSource : public EvalSource {
   int64_t num_batches_;
   torch::Device device_;
   int64_t document_eos_;
+  int64_t rank_;
+  int64_t ranks_;
 };
 
 class WindowSource : public StepSource {

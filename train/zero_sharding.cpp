@@ -24,10 +24,20 @@ std::vector<int64_t> assign_owners(const std::vector<torch::Tensor>& tensors, in
   return owners;
 }
 
-ZeroSharding::ZeroSharding(Distributed& distributed, const NamedTensors& parameters, int64_t stage)
+ZeroSharding::ZeroSharding(Distributed& distributed, const NamedTensors& parameters, int64_t stage,
+                           const std::vector<torch::Tensor>& gathered)
     : distributed_(distributed), stage_(stage) {
   for (const auto& [name, p] : parameters) parameters_.push_back(p);
   owners_ = assign_owners(parameters_, distributed_.world_size());
+  std::unordered_set<const void*> on_demand;
+  for (const auto& p : gathered) on_demand.insert(p.unsafeGetTensorImpl());
+  for (const auto& p : parameters_) gathered_.push_back(on_demand.count(p.unsafeGetTensorImpl()) > 0);
+}
+
+int64_t ZeroSharding::owner_of(const torch::Tensor& parameter) const {
+  for (size_t k = 0; k < parameters_.size(); ++k)
+    if (parameters_[k].unsafeGetTensorImpl() == parameter.unsafeGetTensorImpl()) return owners_[k];
+  throw std::logic_error("ZeRO: a tensor that is not a trained parameter");
 }
 
 NamedTensors ZeroSharding::owned(const NamedTensors& named) const {
@@ -64,7 +74,7 @@ void ZeroSharding::share_updated_parameters() {
   for (int64_t owner = 0; owner < distributed_.world_size(); ++owner) {
     std::vector<torch::Tensor> members;
     for (size_t k = 0; k < parameters_.size(); ++k)
-      if (owners_[k] == owner) members.push_back(parameters_[k]);
+      if (owners_[k] == owner && !gathered_[k]) members.push_back(parameters_[k]);
     if (members.empty()) continue;
     // One message per owner: its parameters packed into one buffer (they share the optimizer's dtype).
     std::vector<torch::Tensor> flat_parts;
@@ -78,6 +88,15 @@ void ZeroSharding::share_updated_parameters() {
       offset += p.numel();
     }
   }
+}
+
+torch::Tensor ZeroSharding::all_weights_finite() {
+  std::vector<torch::Tensor> mine;
+  for (size_t k = 0; k < parameters_.size(); ++k)
+    if (owners_[k] == distributed_.rank()) mine.push_back(parameters_[k]);
+  torch::Tensor finite = all_finite(mine).to(parameters_.front().device(), torch::kFloat).reshape({1});
+  distributed_.all_reduce({finite}, ReduceOp::min);
+  return finite.reshape({});
 }
 
 }  // namespace inkstone

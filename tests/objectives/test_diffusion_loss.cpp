@@ -397,9 +397,9 @@ TEST(DiffusionObjective, EvaluateIsDeterministic) {
     torch::manual_seed(42);
     auto model = build_language_model(config.model, 260);
     model->eval();
-    const auto first = objective->evaluate(*model, source);
+    const auto first = validation_metrics(objective->evaluate(*model, source), source.bytes_per_token());
     torch::manual_seed(4242);  // the global generator must not matter
-    const auto second = objective->evaluate(*model, source);
+    const auto second = validation_metrics(objective->evaluate(*model, source), source.bytes_per_token());
     EXPECT_EQ(first, second);
     EXPECT_EQ(first.at("tokens"), 3 * (3 * 16 - 3));
     EXPECT_GT(first.at("loss_nats"), 0.0);
@@ -431,7 +431,9 @@ TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
     auto model = build_language_model(config.model, tokenizer->vocab_size());
     model->eval();
     // The trainer's final eval sees the same batches, times and noise (a fixed seed), so the two are paired.
-    const double before = objective->evaluate(*model, WindowEvalSource(*val, 8, 4, torch::kCPU)).at("loss_nats");
+    const WindowEvalSource eval_source(*val, 8, 4, torch::kCPU);
+    const double before =
+        validation_metrics(objective->evaluate(*model, eval_source), eval_source.bytes_per_token()).at("loss_nats");
     model->train();
     TrainingSession session(config, model, std::move(objective), tokenizer, dir / name, torch::kCPU);
     WindowSource source(session, train, val);
@@ -441,6 +443,42 @@ TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
     EXPECT_EQ(steps, 40);
     const double after = result.final_eval.at("loss_nats");
     EXPECT_LT(after, 0.8 * before) << "before " << before << " after " << after;
+  }
+  std::filesystem::remove_all(dir);
+}
+
+// Sharded validation: three ranks' shares of the split (at most 7 batches, not a multiple of 3) sum to the whole
+// split's totals, noise included, so a validation number does not depend on the number of ranks.
+TEST(DiffusionObjective, ShardedValidationAddsUpToTheWholeSplit) {
+  const auto dir = testing::temp_dir("diffusion_sharded_eval");
+  const auto data = testing::prepare_word_corpus(dir);
+  for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
+    SCOPED_TRACE(name);
+    const Config config = tiny_config(name, false, {"data.path=\"" + data.string() + "\""});
+    auto objective = make_objective(config, ByteTokenizer());
+    WindowLoaderOptions o;
+    o.window_len = config.data.seq_len + objective->needs().window_extra;
+    o.split = "val";
+    const WindowLoader val(config.data.path, o);
+    torch::manual_seed(3);
+    auto model = build_language_model(config.model, 260);
+    model->eval();
+    const WindowEvalSource split(val, 2, 7, torch::kCPU);
+    ASSERT_GE(split.num_batches(), 4);
+    const ValidationSums whole = objective->evaluate(*model, split);
+    ValidationSums summed;
+    int64_t batches = 0;
+    for (int64_t rank = 0; rank < 3; ++rank) {
+      const WindowEvalSource share(val, 2, 7, torch::kCPU, -1, rank, 3);
+      batches += share.num_batches();
+      const ValidationSums part = objective->evaluate(*model, share);
+      summed.units += part.units;
+      for (const auto& [key, value] : part.sums) summed.sums[key] += value;
+    }
+    EXPECT_EQ(batches, split.num_batches());
+    EXPECT_EQ(summed.units, whole.units);
+    ASSERT_EQ(summed.sums.size(), whole.sums.size());
+    for (const auto& [key, value] : whole.sums) EXPECT_NEAR(summed.sums.at(key), value, 1e-9 * std::abs(value)) << key;
   }
   std::filesystem::remove_all(dir);
 }

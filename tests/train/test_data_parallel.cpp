@@ -45,7 +45,7 @@ std::string tiny_config_text(const std::filesystem::path& data_dir, int64_t grad
       "[optim]\nlearning_rate = 3e-3\n"
       "[schedule]\nwarmup_steps = 2\n"
       "[train]\nsteps = {}\nbatch_size = 8\ngrad_accum = {}\nlog_interval = 1\neval_interval = 0\n"
-      "eval_batches = 1\n{}"
+      "eval_batches = 3\n{}"
       "[distributed]\ntimeout_s = {}\nbucket_mb = 0.01\n{}",
       data_dir.string(), kSteps, grad_accum, train_extra, timeout_s, distributed_extra);
 }
@@ -122,6 +122,7 @@ void rl_as_one_rank(const Config& config, const std::filesystem::path& dir, std:
                           std::move(distributed));
   RolloutSource source(session);
   source.on_step = [&](int64_t step, const nlohmann::json&) {
+    const auto whole = policy->whole_parameters();  // ZeRO-3 ranks hold their own branch weights only
     checksums << fmt::format("{} {:.17g}\n", step, weight_checksum(*policy)) << std::flush;
   };
   session.run(source);
@@ -267,7 +268,8 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
   }
   auto ranks = start_workers(dir, 2);
 
-  const Config single = config_from_string(tiny_config_text(data(), 1, 60), "single.toml");
+  // Also 2 micro-batches: validation batches hold batch_size / grad_accum rows, so both runs score the same ones.
+  const Config single = config_from_string(tiny_config_text(data(), 2, 60), "single.toml");
   std::map<int64_t, double> expected;
   train_tiny(single, dir / "single_run", nullptr, [&](int64_t step, double loss) { expected[step] = loss; });
 
@@ -290,11 +292,21 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
     EXPECT_LT(difference, 1e-5) << reference.model[i].first;
   }
   // Rank 0 alone wrote the run folder: one metrics line per step, a checkpoint that knows both random streams.
-  std::ifstream metrics(dir / "run" / "metrics.jsonl");
-  int64_t train_lines = 0;
-  for (std::string line; std::getline(metrics, line);)
-    if (nlohmann::json::parse(line).at("split") == "train") ++train_lines;
-  EXPECT_EQ(train_lines, kSteps);
+  const auto lines_of = [](const std::filesystem::path& run, const std::string& split) {
+    std::ifstream metrics(run / "metrics.jsonl");
+    std::vector<nlohmann::json> lines;
+    for (std::string line; std::getline(metrics, line);)
+      if (nlohmann::json::parse(line).at("split") == split) lines.push_back(nlohmann::json::parse(line));
+    return lines;
+  };
+  EXPECT_EQ(lines_of(dir / "run", "train").size(), static_cast<size_t>(kSteps));
+  // Validation sharded over the ranks (rank 0 scores 2 of the 3 batches, rank 1 one) reports the one-process
+  // numbers.
+  const auto val = lines_of(dir / "run", "val"), single_val = lines_of(dir / "single_run", "val");
+  ASSERT_EQ(val.size(), 1u);
+  ASSERT_EQ(single_val.size(), 1u);
+  EXPECT_EQ(val[0].at("tokens"), single_val[0].at("tokens"));
+  EXPECT_NEAR(val[0].at("loss").get<double>(), single_val[0].at("loss").get<double>(), 1e-5);
   EXPECT_EQ(parallel.state.at("world_size"), 2);
   EXPECT_EQ(parallel.state.at("rng_ranks").size(), 2u);
 
@@ -362,9 +374,9 @@ double max_difference(const NamedTensors& a, const NamedTensors& b) {
   return difference;
 }
 
-// ZeRO stages 1 and 2 over 2 ranks (2 micro-batches each; stage 2 with every block recomputed in backward) give
-// the one-process losses, weights and AdamW moments; each rank writes its optimizer shard, and resuming the
-// sharded checkpoint of step 10 on 2 ranks continues bitwise. Consolidated, the checkpoint is an ordinary one
+// ZeRO stages 1, 2 and 3 over 2 ranks (2 micro-batches each; stage 2 with every block recomputed in backward,
+// stage 3 gathering each branch's weights per use) give the one-process losses, weights and AdamW moments; each
+// rank writes its optimizer shard, and resuming the sharded checkpoint of step 10 on 2 ranks continues bitwise. Consolidated, the checkpoint is an ordinary one
 // that resumes in one process as the one-process run continues.
 TEST_F(DataParallel, ZeroStagesMatchOneProcessAndResumeFromShards) {
   const auto dir = *dir_ / "zero";
@@ -377,7 +389,7 @@ TEST_F(DataParallel, ZeroStagesMatchOneProcessAndResumeFromShards) {
   ASSERT_EQ(expected.size(), static_cast<size_t>(kSteps));
   const CheckpointData reference = load_checkpoint(dir / "single_run");
 
-  for (const int stage : {1, 2}) {
+  for (const int stage : {1, 2, 3}) {
     const auto stage_dir = dir / fmt::format("stage{}", stage);
     std::filesystem::create_directories(stage_dir);
     const std::string recompute = stage == 2 ? "activation_checkpointing = 1\n" : "";
@@ -451,26 +463,36 @@ std::map<int64_t, double> two_ranks(const std::filesystem::path& dir, const std:
   return read_losses(run / "losses_rank0.txt");
 }
 
-// Beyond AR: uniform diffusion (each rank draws its own noise, the same under both layouts) and GFlowRL with a
-// mixture-of-experts policy train under ZeRO-2 as under DDP on the same 2 ranks.
-TEST_F(DataParallel, ZeroTwoMatchesDdpForDiffusionAndRl) {
+// Beyond AR: uniform diffusion (each rank draws its own noise, the same under every layout) and GFlowRL with a
+// mixture-of-experts policy (rollouts and held-out evaluation generate with the whole policy under stage 3) train
+// under ZeRO-2 and ZeRO-3 as under DDP on the same 2 ranks.
+TEST_F(DataParallel, ZeroMatchesDdpForDiffusionAndRl) {
   const auto dir = *dir_ / "zero_objectives";
   const std::string diffusion = "[objective]\nname = \"uniform_diffusion\"\n";
   const auto ddp = two_ranks(dir, "diffusion_ddp", tiny_config_text(data(), 1, 60) + diffusion);
-  const auto zero = two_ranks(
-      dir, "diffusion_zero", tiny_config_text(data(), 1, 60, "checkpoint_interval = 0\n", "zero_stage = 2\n") + diffusion);
   ASSERT_EQ(ddp.size(), static_cast<size_t>(kSteps));
-  ASSERT_EQ(zero.size(), ddp.size());
-  for (const auto& [step, loss] : ddp) EXPECT_NEAR(zero.at(step), loss, 1e-5) << "diffusion step " << step;
+  for (const int stage : {2, 3}) {
+    const std::string train = stage == 3 ? "checkpoint_interval = 0\nactivation_checkpointing = 2\n"
+                                         : "checkpoint_interval = 0\n";
+    const auto zero = two_ranks(dir, fmt::format("diffusion_zero{}", stage),
+                                tiny_config_text(data(), 1, 60, train, fmt::format("zero_stage = {}\n", stage)) +
+                                    diffusion);
+    ASSERT_EQ(zero.size(), ddp.size());
+    for (const auto& [step, loss] : ddp)
+      EXPECT_NEAR(zero.at(step), loss, 1e-5) << "diffusion stage " << stage << " step " << step;
+  }
 
   Config rl = tiny_rl_config(/*timeout_s=*/60);
   const auto rl_ddp = two_ranks(dir, "rl_ddp", config_to_toml(rl));
-  rl.distributed.zero_stage = 2;
-  const auto rl_zero = two_ranks(dir, "rl_zero", config_to_toml(rl));
   ASSERT_EQ(rl_ddp.size(), 3u);
-  ASSERT_EQ(rl_zero.size(), rl_ddp.size());
-  for (const auto& [step, checksum] : rl_ddp)
-    EXPECT_NEAR(rl_zero.at(step), checksum, 1e-6 * std::abs(checksum)) << "RL weight checksum, step " << step;
+  for (const int stage : {2, 3}) {
+    rl.distributed.zero_stage = stage;
+    const auto rl_zero = two_ranks(dir, fmt::format("rl_zero{}", stage), config_to_toml(rl));
+    ASSERT_EQ(rl_zero.size(), rl_ddp.size());
+    for (const auto& [step, checksum] : rl_ddp)
+      EXPECT_NEAR(rl_zero.at(step), checksum, 1e-6 * std::abs(checksum))
+          << "RL weight checksum, stage " << stage << " step " << step;
+  }
 }
 
 // A rank that dies mid-run makes the survivor fail with a DistributedError within the timeout, not hang.

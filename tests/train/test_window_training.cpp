@@ -122,8 +122,12 @@ TEST_F(ArTraining, DocumentMaskReachesTheModel) {
   auto model = build_language_model(config.model, s.tokenizer->vocab_size());
   auto objective = make_objective(config, *s.tokenizer);
   const int64_t eos = s.tokenizer->specials().eos;
-  const double masked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU, eos)).at("loss_nats");
-  const double unmasked = objective->evaluate(*model, WindowEvalSource(*s.val, 4, 0, torch::kCPU)).at("loss_nats");
+  const auto loss_nats = [&](const WindowEvalSource& source) {
+    const ValidationSums totals = objective->evaluate(*model, source);
+    return totals.sums.at("loss_nats") / totals.units;
+  };
+  const double masked = loss_nats(WindowEvalSource(*s.val, 4, 0, torch::kCPU, eos));
+  const double unmasked = loss_nats(WindowEvalSource(*s.val, 4, 0, torch::kCPU));
 
   TrainingSession session(config, model, make_objective(config, *s.tokenizer), s.tokenizer,
                           testing::temp_dir("ar_document_mask"), torch::kCPU);
@@ -192,7 +196,7 @@ class ScaledArObjective : public Objective {
     out.loss_sum = out.loss_sum * log_scale_.exp();
     return out;
   }
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override {
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override {
     return inner_->evaluate(model, source);
   }
   std::shared_ptr<torch::nn::Module> trainable() override { return own_; }
@@ -235,7 +239,7 @@ class PoisonedObjective : public Objective {
     if (poisoned_.count(++calls_)) out.loss_sum = out.loss_sum * std::nan("");
     return out;
   }
-  std::map<std::string, double> evaluate(LanguageModelImpl& model, const EvalSource& source) override {
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override {
     return inner_->evaluate(model, source);
   }
 

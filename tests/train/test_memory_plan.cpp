@@ -1,0 +1,82 @@
+// The dry run's memory plan: its parameter counts equal the built model's for every zoo variant (so the weight,
+// gradient and optimizer bytes rest on exact counts), and the ZeRO stages and activation checkpointing move the
+// bytes the way docs/training.md, "Memory", says. How close the whole prediction comes to a measured peak is
+// bench/memory/run's job.
+#include <gtest/gtest.h>
+
+#include "models/block.h"
+#include "models/language_model.h"
+#include "tests/zoo_fixtures.h"
+#include "train/memory_plan.h"
+
+namespace inkstone {
+namespace {
+
+constexpr int64_t kVocab = 61;
+
+class MemoryPlanZoo : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(MemoryPlanZoo, CountsTheBuiltModelsParameters) {
+  const auto path = testing::zoo_config_path(GetParam()).string();
+  const Config base = load_config(path);
+  for (const bool conditioned : {false, true}) {
+    auto overrides = testing::tiny_zoo_model_overrides(base);
+    overrides.push_back(conditioned ? "model.time_conditioning=true" : "model.time_conditioning=false");
+    if (conditioned) overrides.push_back("model.tie_embeddings=false");
+    const Config config = load_config(path, overrides);
+    const auto model = build_language_model(config.model, kVocab);
+    int64_t branches = 0, largest = 0;
+    for (const auto& module : *model->blocks) {
+      const auto& block = *module->as<BlockImpl>();
+      int64_t mixer = 0, ffn = 0;
+      for (const auto& p : block.attn_norm->parameters()) mixer += p.numel();
+      for (const auto& p : block.mixer->parameters()) mixer += p.numel();
+      for (const auto& p : block.mlp_norm->parameters()) ffn += p.numel();
+      for (const auto& p : block.ffn->parameters()) ffn += p.numel();
+      branches += mixer + ffn;
+      largest = std::max({largest, mixer, ffn});
+    }
+    const MemoryPlan plan = plan_memory(config, kVocab, 1, false);
+    EXPECT_EQ(plan.parameters, model->param_counts().total) << GetParam() << " conditioned=" << conditioned;
+    EXPECT_EQ(plan.branch_parameters, branches) << GetParam() << " conditioned=" << conditioned;
+    EXPECT_EQ(plan.largest_branch, largest) << GetParam() << " conditioned=" << conditioned;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Zoo, MemoryPlanZoo, ::testing::ValuesIn(testing::zoo_config_names()),
+                         [](const auto& info) { return testing::zoo_test_name(info.param); });
+
+TEST(MemoryPlan, StagesShardWhatTheySayAndRecomputationKeepsBranchInputs) {
+  Config config =
+      load_config((testing::source_dir() / "configs" / "ar-tiny.toml").string(), {"train.batch_size=16", "train.grad_accum=1"});
+  const auto at = [&](int64_t stage, int64_t every) {
+    Config c = config;
+    c.distributed.zero_stage = stage;
+    c.train.activation_checkpointing = every;
+    return plan_memory(c, kVocab, 4, false);
+  };
+  const MemoryPlan ddp = at(0, 0);
+  const double p = static_cast<double>(ddp.parameters);
+  EXPECT_EQ(ddp.micro_batch_rows, 4);
+  EXPECT_DOUBLE_EQ(ddp.weights, 4 * p);
+  EXPECT_DOUBLE_EQ(ddp.optimizer, 8 * p);
+  EXPECT_DOUBLE_EQ(at(1, 0).optimizer, 2 * p);
+  EXPECT_DOUBLE_EQ(at(1, 0).gradients, 4 * p);
+  EXPECT_DOUBLE_EQ(at(2, 0).gradients, p);
+  EXPECT_DOUBLE_EQ(at(2, 0).weights, 4 * p);
+  const MemoryPlan three = at(3, 0);
+  const double branches = static_cast<double>(three.branch_parameters);
+  EXPECT_DOUBLE_EQ(three.weights, 4 * (p - branches + branches / 4 + 2 * three.largest_branch));
+  EXPECT_EQ(three.activations, ddp.activations);
+  // One process: no buckets, nothing sharded, whatever the stage says.
+  config.distributed.zero_stage = 3;
+  const MemoryPlan single = plan_memory(config, kVocab, 1, false);
+  EXPECT_EQ(single.zero_stage, 0);
+  EXPECT_EQ(single.gradient_buffers, 0);
+  EXPECT_DOUBLE_EQ(single.optimizer, 8 * p);
+  EXPECT_LT(at(0, 1).activations, ddp.activations);
+  EXPECT_LT(at(0, 1).activations, at(0, 2).activations);
+}
+
+}  // namespace
+}  // namespace inkstone

@@ -1,0 +1,115 @@
+#include "train/memory_plan.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "models/block_registry.h"
+#include "models/modulation.h"
+#include "models/residual_routing.h"
+#include "models/time_embedding.h"
+#include "models/width_profile.h"
+
+namespace inkstone {
+namespace {
+
+int64_t parameters_of(const torch::nn::Module& module) {
+  int64_t n = 0;
+  for (const auto& p : module.parameters()) n += p.numel();
+  return n;
+}
+
+// Everything outside the blocks, embeddings and head: small (a few vectors per layer), so built and counted.
+int64_t small_module_parameters(const ModelConfig& c) {
+  int64_t n = 0;
+  if (c.residual != "plain") n += parameters_of(*ResidualRouter(c));
+  if (c.time_conditioning) {
+    n += parameters_of(*TimeEmbedding(c.cond_dim));
+    n += parameters_of(*AdaLN(c.cond_dim, c.d_model, 1, /*with_gate=*/false));
+  }
+  return n;
+}
+
+}  // namespace
+
+MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations) {
+  const ModelConfig& c = config.model;
+  MemoryPlan plan;
+  plan.ranks = ranks;
+  plan.zero_stage = ranks > 1 ? config.distributed.zero_stage : 0;
+  plan.bytes_per_activation = bf16_activations ? 2 : 4;
+  const int64_t vocab = c.vocab_size > 0 ? c.vocab_size : vocab_size;
+  const int64_t d = c.d_model;
+  const std::vector<int64_t> widths = layer_widths(c);
+  const int64_t streams = c.hidden_streams;
+  const int64_t tokens = config.data.seq_len;
+  const int64_t slots = streams * tokens;
+
+  // Parameters, and per layer the floats per slot its forward keeps for backward: each branch's norm input and
+  // output (with adaLN also the modulated input and the gated output), the parts' own, and with a routed
+  // residual the two sources each layer adds to the stream's history.
+  plan.parameters = vocab * d * streams + (c.tie_embeddings ? 0 : d * vocab) + widths.back() + small_module_parameters(c);
+  std::vector<double> layer_floats, kept_when_recomputed;
+  for (size_t i = 0; i < widths.size(); ++i) {
+    const int64_t w = widths[i];
+    const ModelConfig lc = layer_config(c, w);
+    const auto& mixer = token_mixer_of(lc, static_cast<int64_t>(i));
+    const auto& ffn = feed_forward_of(lc, static_cast<int64_t>(i));
+    const int64_t mixer_branch = mixer.parameter_count(lc) + w;
+    const int64_t ffn_branch = ffn.parameter_count(lc) + w;
+    plan.branch_parameters += mixer_branch + ffn_branch;
+    plan.largest_branch = std::max({plan.largest_branch, mixer_branch, ffn_branch});
+    plan.parameters += mixer_branch + ffn_branch + (c.time_conditioning ? 6 * w * (c.cond_dim + 1) : 0);
+    const double per_branch = (c.time_conditioning ? 4.0 : 2.0) * static_cast<double>(w);
+    double floats = 2 * per_branch + (c.residual != "plain" ? 2.0 * w : 0.0);
+    if (mixer.saved_floats_per_token) floats += mixer.saved_floats_per_token(lc, slots);
+    if (ffn.saved_floats_per_token) floats += ffn.saved_floats_per_token(lc, slots);
+    layer_floats.push_back(floats);
+    kept_when_recomputed.push_back(2.0 * static_cast<double>(w));  // the two branch inputs
+  }
+
+  const int64_t stage = plan.zero_stage;
+  const double p = static_cast<double>(plan.parameters), share = p / static_cast<double>(ranks);
+  const double branches = static_cast<double>(plan.branch_parameters);
+  plan.weights = 4.0 * (stage == 3 ? p - branches + branches / ranks + 2.0 * plan.largest_branch : p);
+  plan.gradients = 4.0 * (stage >= 2 ? share : p);
+  const double bucket_bytes = config.distributed.bucket_mb * 1024 * 1024;
+  if (ranks > 1) plan.gradient_buffers = stage >= 2 ? 4.0 * share + 2.0 * bucket_bytes : 4.0 * p;
+  plan.optimizer = 8.0 * (stage >= 1 ? share : p);
+
+  // Activations at the start of backward: every layer's (a recomputed layer keeps its branch inputs, and one
+  // recomputed layer is whole again while its backward runs), the final norm's input and output, and the
+  // log-softmax over the vocabulary with its gradient and the logits' gradient.
+  plan.micro_batch_rows = config.train.batch_size / ranks / config.train.grad_accum;
+  const int64_t every = config.train.activation_checkpointing;
+  double per_slot = 2.0 * d, rerun = 0;
+  for (size_t i = 0; i < layer_floats.size(); ++i) {
+    const bool recomputed = every > 0 && static_cast<int64_t>(i) % every == 0;
+    per_slot += recomputed ? kept_when_recomputed[i] : layer_floats[i];
+    if (recomputed) rerun = std::max(rerun, layer_floats[i]);
+  }
+  const double rows = static_cast<double>(plan.micro_batch_rows);
+  plan.activations = rows * plan.bytes_per_activation * (static_cast<double>(slots) * (per_slot + rerun)) +
+                     rows * 4.0 * static_cast<double>(tokens) * 3.0 * static_cast<double>(vocab);
+  return plan;
+}
+
+std::string describe(const MemoryPlan& plan) {
+  const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
+  const auto millions = [](int64_t n) { return static_cast<double>(n) / 1e6; };
+  std::string text = fmt::format(
+      "dry run: {:.2f}M parameters ({:.2f}M in residual branches, largest branch {:.2f}M), {} rank(s), ZeRO stage "
+      "{}, micro-batch {} rows, {}-byte activations\n",
+      millions(plan.parameters), millions(plan.branch_parameters), millions(plan.largest_branch), plan.ranks,
+      plan.zero_stage, plan.micro_batch_rows, plan.bytes_per_activation);
+  text += "per rank           MiB\n";
+  text += fmt::format("  weights          {:.1f}\n", mib(plan.weights));
+  text += fmt::format("  gradients        {:.1f}\n", mib(plan.gradients));
+  text += fmt::format("  gradient buffers {:.1f}\n", mib(plan.gradient_buffers));
+  text += fmt::format("  AdamW moments    {:.1f}\n", mib(plan.optimizer));
+  text += fmt::format("  activations      {:.1f}\n", mib(plan.activations));
+  text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
+  return text;
+}
+
+}  // namespace inkstone

@@ -1,0 +1,35 @@
+// What a training run will hold per rank, predicted from its config before anything is built (docs/training.md,
+// "Memory"): the parameters counted without building the model (the blocks through the registry's counts, the
+// small modules built on their own), the gradient, bucket and AdamW bytes the ZeRO stage leaves a rank, and the
+// activations of one micro-batch from the registry's per-token estimates. `inkstone train --dry-run` prints it.
+#pragma once
+#include <cstdint>
+#include <string>
+
+#include "config/config.h"
+
+namespace inkstone {
+
+struct MemoryPlan {
+  int64_t ranks = 1;
+  int64_t zero_stage = 0;        // as it applies: 0 in one process
+  int64_t parameters = 0;        // the whole model
+  int64_t branch_parameters = 0; // in the residual branches (what ZeRO-3 keeps on their owners only)
+  int64_t largest_branch = 0;
+  int64_t micro_batch_rows = 0;  // per rank
+  int64_t bytes_per_activation = 4;
+  // Bytes per rank.
+  double weights = 0;
+  double gradients = 0;
+  double gradient_buffers = 0;  // data-parallel buckets
+  double optimizer = 0;         // AdamW's two moments
+  double activations = 0;       // what one micro-batch's forward keeps for backward, at the peak of backward
+  double total() const { return weights + gradients + gradient_buffers + optimizer + activations; }
+};
+
+// `vocab_size`: the tokenizer's (model.vocab_size may pad it); `bf16_activations`: bf16 autocast will run (CUDA).
+MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations);
+// The plan as the table `--dry-run` prints.
+std::string describe(const MemoryPlan& plan);
+
+}  // namespace inkstone
