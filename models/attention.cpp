@@ -54,15 +54,16 @@ int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
   return count;
 }
 
-// The projections' outputs, their QK-norm and RoPE results, the heads repeated for grouped queries, the
-// attention weights (the explicit path keeps all `context` of them per head; a fused kernel keeps 1), the output
-// and o_proj's reshaped input.
+// What autograd keeps: the scaled queries, the keys and values the scores read (repeated to every query head
+// under grouped queries), the attention weights (the explicit path keeps all `context` of them per head; a fused
+// kernel a few per query), o_proj's input, and with QK-norm the norms' inputs. RoPE multiplies by constant tables
+// and keeps nothing of its own.
 double AttentionImpl::saved_floats_per_token(const ModelConfig& config, int64_t context) {
   const double hd = static_cast<double>(resolved_head_dim(config));
   const double q = static_cast<double>(config.n_heads) * hd, kv = static_cast<double>(config.n_kv_heads) * hd;
-  double floats = q + 2 * kv + (q + kv) + 2 * q + static_cast<double>(config.n_heads * context);
+  const bool grouped = config.n_heads != config.n_kv_heads;
+  double floats = 2 * q + (grouped ? 2 * q : 2 * kv) + static_cast<double>(config.n_heads * context);
   if (config.qk_norm) floats += q + kv;
-  if (config.n_heads != config.n_kv_heads) floats += 2 * q;
   if (config.qkv_conv) floats += 2 * (q + 2 * kv);
   return floats;
 }
