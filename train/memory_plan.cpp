@@ -49,7 +49,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   // output (with adaLN also the modulated input and the gated output), the parts' own, and with a routed
   // residual the two sources each layer adds to the stream's history.
   plan.parameters = vocab * d * streams + (c.tie_embeddings ? 0 : d * vocab) + widths.back() + small_module_parameters(c);
-  std::vector<double> layer_floats, kept_when_recomputed;
+  std::vector<double> layer_floats;
   for (size_t i = 0; i < widths.size(); ++i) {
     const int64_t w = widths[i];
     const ModelConfig lc = layer_config(c, w);
@@ -59,13 +59,12 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
     const int64_t ffn_branch = ffn.parameter_count(lc) + w;
     plan.branch_parameters += mixer_branch + ffn_branch;
     plan.largest_branch = std::max({plan.largest_branch, mixer_branch, ffn_branch});
-    plan.parameters += mixer_branch + ffn_branch + (c.time_conditioning ? 6 * w * (c.cond_dim + 1) : 0);
+    plan.parameters += block_parameter_count(lc, static_cast<int64_t>(i));
     const double per_branch = (c.time_conditioning ? 4.0 : 2.0) * static_cast<double>(w);
     double floats = 2 * per_branch + (c.residual != "plain" ? 2.0 * w : 0.0);
     if (mixer.saved_floats_per_token) floats += mixer.saved_floats_per_token(lc, slots);
     if (ffn.saved_floats_per_token) floats += ffn.saved_floats_per_token(lc, slots);
     layer_floats.push_back(floats);
-    kept_when_recomputed.push_back(2.0 * static_cast<double>(w));  // the two branch inputs
   }
 
   const int64_t stage = plan.zero_stage;
@@ -85,7 +84,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   double per_slot = 2.0 * d, rerun = 0;
   for (size_t i = 0; i < layer_floats.size(); ++i) {
     const bool recomputed = every > 0 && static_cast<int64_t>(i) % every == 0;
-    per_slot += recomputed ? kept_when_recomputed[i] : layer_floats[i];
+    per_slot += recomputed ? 2.0 * static_cast<double>(widths[i]) : layer_floats[i];  // its two branch inputs
     if (recomputed) rerun = std::max(rerun, layer_floats[i]);
   }
   const double rows = static_cast<double>(plan.micro_batch_rows);

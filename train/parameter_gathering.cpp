@@ -81,10 +81,7 @@ void ParameterGathering::release(int64_t unit_index) {
 }
 
 void ParameterGathering::make_whole_for_good() {
-  finish_prefetch(-1);
-  for (auto& unit : units_)
-    if (unit.holds++ == 0)
-      for (const auto& p : start_gather(unit)) distributed_.wait(p);
+  for (size_t unit = 0; unit < units_.size(); ++unit) acquire(static_cast<int64_t>(unit));
 }
 
 void ParameterGathering::release_foreign_weights() {
