@@ -26,7 +26,9 @@ void check_parameters_belong(const torch::optim::AdamW& optimizer, const NamedTe
       throw std::invalid_argument("optimizer state: parameter '" + name + "' is not in the optimizer's param groups");
 }
 
-const std::vector<std::string> kSuffixes = {".exp_avg", ".exp_avg_sq", ".step", ".max_exp_avg_sq"};
+// ".master": the fp32 master copy of a bf16 parameter (train/master_weights.h), kept with the optimizer's state
+// because the optimizer steps it; AdamW's import leaves it to the master weights.
+const std::vector<std::string> kSuffixes = {".exp_avg", ".exp_avg_sq", ".step", ".max_exp_avg_sq", ".master"};
 
 // The parameter a state entry belongs to ("<parameter><suffix>"), if it is one of `names`.
 std::optional<std::string> parameter_of(const std::string& key, const std::unordered_set<std::string>& names) {

@@ -12,6 +12,7 @@ namespace inkstone {
 
 // For every parameter with state: "<name>.exp_avg", "<name>.exp_avg_sq", "<name>.step" (0-d int64) and, with
 // amsgrad, "<name>.max_exp_avg_sq". A parameter that never received a gradient has only "<name>.step" = 0.
+// A state may also hold "<name>.master" (train/master_weights.h), which the importer accepts and leaves alone.
 // `parameters` are the (name, parameter) pairs of the optimizer's param groups.
 NamedTensors export_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& parameters);
 

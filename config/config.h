@@ -12,7 +12,8 @@ struct RunConfig {
   int64_t seed;
   std::string run_dir;    // empty: runs/<name>
   std::string device;     // auto | cpu | cuda
-  std::string precision;  // fp32 | bf16 (bf16 autocast on CUDA; fp32 master weights)
+  std::string precision;    // fp32 | bf16 (bf16 autocast on CUDA)
+  std::string param_dtype;  // fp32 | bf16 (bf16 weights and gradients; the optimizer steps fp32 master copies)
   int64_t threads;        // libtorch intra-op threads
 };
 

@@ -51,7 +51,13 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, data order and sampling.").at_least(0),
       INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
       INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
-      INKSTONE_FIELD(run, precision, "fp32", "bf16 autocasts on CUDA with fp32 master weights; CPU runs fp32.")
+      INKSTONE_FIELD(run, precision, "fp32",
+                     "bf16: the forward runs under bf16 autocast on CUDA (matmuls in bf16, softmax and norms in "
+                     "fp32); CPU runs ignore it.")
+          .one_of({"fp32", "bf16"}),
+      INKSTONE_FIELD(run, param_dtype, "fp32",
+                     "bf16: weights, gradients and activations are stored in bf16 on any device and AdamW steps "
+                     "fp32 master copies with fp32 moments (sharded with distributed.zero_stage >= 1).")
           .one_of({"fp32", "bf16"}),
       INKSTONE_FIELD(run, threads, int64_t{1},
                      "libtorch intra-op threads; 1 is fastest for small models on 2 cores (measured).")

@@ -22,7 +22,8 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch) {
   ForwardArgs args;
   args.mask = MaskMode::causal;
   if (batch.documents.defined()) args.documents = batch.documents.index({Slice(), Slice(0, -1)});
-  auto logits = model.forward(inputs, args).logits;  // [B, T, V] fp32
+  // [B, T, V]; in fp32 whatever the weights' dtype, so that the log-softmax normaliser does not round.
+  auto logits = model.forward(inputs, args).logits.to(torch::kFloat);
   auto log_probs = torch::log_softmax(logits, -1);
   auto nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
   auto correct = logits.argmax(-1).eq(targets);

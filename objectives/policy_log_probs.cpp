@@ -12,7 +12,7 @@ PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, do
   args.return_hidden = with_hidden;
   args.token_logits_only = true;  // the distribution rollouts were drawn from
   auto out = model.forward(batch.tokens.index({Slice(), Slice(0, -1)}), args);
-  auto log_softmax = torch::log_softmax(out.logits / temperature, -1);  // [B, W−1, V]
+  auto log_softmax = torch::log_softmax(out.logits.to(torch::kFloat) / temperature, -1);  // [B, W−1, V]
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
   auto scored = log_softmax.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
   // Position 0 is never generated; shifting right aligns each log-prob with the token it scores.

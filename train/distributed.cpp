@@ -192,6 +192,12 @@ void guarded(int64_t rank, std::chrono::milliseconds timeout, const char* what, 
   }
 }
 
+// A broadcast copies bits: bf16 travels as the int16 view of the same memory, because Gloo has no bf16 type
+// (docs/training.md, "Precision").
+torch::Tensor bits_of(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kShort) : t;
+}
+
 }  // namespace
 
 struct PendingWork {
@@ -213,7 +219,7 @@ PendingCollective Distributed::start_broadcast(std::vector<torch::Tensor> tensor
     options.rootRank = root;
     // One tensor per call: c10d reads several tensors of one call as copies on several local devices.
     for (auto& t : tensors) {
-      std::vector<torch::Tensor> one{t};
+      std::vector<torch::Tensor> one{bits_of(t)};
       pending->works.push_back(group_->backend->broadcast(one, options));
     }
   });
@@ -428,8 +434,10 @@ void GradientSynchroniser::arm() {
 torch::Tensor GradientSynchroniser::slot(size_t parameter) {
   Bucket& bucket = buckets_[bucket_of_[parameter]];
   const auto& p = parameters_[parameter];
+  // Gradients of bf16 parameters are summed in fp32 (bf16 sums would round once per rank).
+  const auto sum_dtype = c10::elementSize(p.scalar_type()) < 4 ? torch::kFloat : p.scalar_type();
   if (!bucket.flat.defined())
-    bucket.flat = torch::empty({bucket.numel}, torch::TensorOptions().dtype(p.dtype()).device(p.device()));
+    bucket.flat = torch::empty({bucket.numel}, torch::TensorOptions().dtype(sum_dtype).device(p.device()));
   return bucket.flat.narrow(0, offset_of_[parameter], p.numel()).view(p.sizes());
 }
 

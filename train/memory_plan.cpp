@@ -37,7 +37,9 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   MemoryPlan plan;
   plan.ranks = ranks;
   plan.zero_stage = ranks > 1 ? config.distributed.zero_stage : 0;
-  plan.bytes_per_activation = bf16_activations ? 2 : 4;
+  const bool bf16_weights = config.run.param_dtype == "bf16";
+  plan.bytes_per_weight = bf16_weights ? 2 : 4;
+  plan.bytes_per_activation = bf16_activations || bf16_weights ? 2 : 4;
   const int64_t vocab = c.vocab_size > 0 ? c.vocab_size : vocab_size;
   const int64_t d = c.d_model;
   const std::vector<int64_t> widths = layer_widths(c);
@@ -70,11 +72,14 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   const int64_t stage = plan.zero_stage;
   const double p = static_cast<double>(plan.parameters), share = p / static_cast<double>(ranks);
   const double branches = static_cast<double>(plan.branch_parameters);
-  plan.weights = 4.0 * (stage == 3 ? p - branches + branches / ranks + 2.0 * plan.largest_branch : p);
-  plan.gradients = 4.0 * (stage >= 2 ? share : p);
+  const double weight = static_cast<double>(plan.bytes_per_weight);
+  plan.weights = weight * (stage == 3 ? p - branches + branches / ranks + 2.0 * plan.largest_branch : p);
+  plan.gradients = weight * (stage >= 2 ? share : p);
+  // Buckets sum in fp32 whatever the weights' dtype (train/distributed.h).
   const double bucket_bytes = config.distributed.bucket_mb * 1024 * 1024;
   if (ranks > 1) plan.gradient_buffers = stage >= 2 ? 4.0 * share + 2.0 * bucket_bytes : 4.0 * p;
   plan.optimizer = 8.0 * (stage >= 1 ? share : p);
+  if (bf16_weights) plan.master_weights = 4.0 * (stage >= 1 ? share : p);
 
   // Activations at the start of backward: every layer's (a recomputed layer keeps its branch inputs, and one
   // recomputed layer is whole again while its backward runs), the final norm's input and output, and the
@@ -98,14 +103,15 @@ std::string describe(const MemoryPlan& plan) {
   const auto millions = [](int64_t n) { return static_cast<double>(n) / 1e6; };
   std::string text = fmt::format(
       "dry run: {:.2f}M parameters ({:.2f}M in residual branches, largest branch {:.2f}M), {} rank(s), ZeRO stage "
-      "{}, micro-batch {} rows, {}-byte activations\n",
+      "{}, micro-batch {} rows, {}-byte weights, {}-byte activations\n",
       millions(plan.parameters), millions(plan.branch_parameters), millions(plan.largest_branch), plan.ranks,
-      plan.zero_stage, plan.micro_batch_rows, plan.bytes_per_activation);
+      plan.zero_stage, plan.micro_batch_rows, plan.bytes_per_weight, plan.bytes_per_activation);
   text += "per rank           MiB\n";
   text += fmt::format("  weights          {:.1f}\n", mib(plan.weights));
   text += fmt::format("  gradients        {:.1f}\n", mib(plan.gradients));
   text += fmt::format("  gradient buffers {:.1f}\n", mib(plan.gradient_buffers));
   text += fmt::format("  AdamW moments    {:.1f}\n", mib(plan.optimizer));
+  if (plan.master_weights > 0) text += fmt::format("  master weights   {:.1f}\n", mib(plan.master_weights));
   text += fmt::format("  activations      {:.1f}\n", mib(plan.activations));
   text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
   return text;

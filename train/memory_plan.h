@@ -17,17 +17,20 @@ struct MemoryPlan {
   int64_t branch_parameters = 0; // in the residual branches (what ZeRO-3 keeps on their owners only)
   int64_t largest_branch = 0;
   int64_t micro_batch_rows = 0;  // per rank
+  int64_t bytes_per_weight = 4;      // and per gradient
   int64_t bytes_per_activation = 4;
   // Bytes per rank.
   double weights = 0;
   double gradients = 0;
   double gradient_buffers = 0;  // data-parallel buckets
   double optimizer = 0;         // AdamW's two moments
+  double master_weights = 0;    // fp32 copies of bf16 weights (run.param_dtype = bf16)
   double activations = 0;       // what one micro-batch's forward keeps for backward, at the peak of backward
-  double total() const { return weights + gradients + gradient_buffers + optimizer + activations; }
+  double total() const { return weights + gradients + gradient_buffers + optimizer + master_weights + activations; }
 };
 
 // `vocab_size`: the tokenizer's (model.vocab_size may pad it); `bf16_activations`: bf16 autocast will run (CUDA).
+// bf16 weights (run.param_dtype) make activations bf16 on any device.
 MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations);
 // The plan as the table `--dry-run` prints.
 std::string describe(const MemoryPlan& plan);

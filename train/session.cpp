@@ -69,6 +69,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       autocast_(config_.run.precision == "bf16" && device.is_cuda()),
       distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   model_->to(device_);
+  if (config_.run.param_dtype == "bf16") cast_parameters(*model_, torch::kBFloat16);
   model_->set_activation_checkpointing(config_.train.activation_checkpointing);
   auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
   if (auto own = objective_->trainable()) {
@@ -95,6 +96,10 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
   }
   stepped_ = groups.decay;
   stepped_.insert(stepped_.end(), groups.no_decay.begin(), groups.no_decay.end());
+  if (config_.run.param_dtype != "fp32") {
+    masters_.emplace(stepped_);
+    groups = masters_->optimized(groups);
+  }
   optimizer_ = make_adamw(groups, config_.optim);
 
   if (distributed_->active()) {
@@ -134,15 +139,39 @@ void TrainingSession::restore_optimizer(const CheckpointData& checkpoint, const 
           origin, checkpoint.optimizer_shards, distributed_->world_size(), config_.distributed.zero_stage,
           checkpoint.optimizer_shards));
     const auto file = optimizer_shard_file(distributed_->rank(), checkpoint.optimizer_shards);
-    import_adamw_state(*optimizer_, stepped_, read_optimizer_shard(checkpoint, distributed_->rank()), file);
+    import_optimizer_state(read_optimizer_shard(checkpoint, distributed_->rank()), file);
     return;
   }
   const std::string file = "optimizer.safetensors";
-  import_adamw_state(*optimizer_, stepped_, adamw_state_subset(checkpoint.optimizer, optimized_, stepped_, file), file);
+  import_optimizer_state(adamw_state_subset(checkpoint.optimizer, optimized_, stepped_, file), file);
+}
+
+// AdamW's moments and, with bf16 weights, the master weights (train/master_weights.h).
+void TrainingSession::import_optimizer_state(const NamedTensors& state, const std::string& file) {
+  if (!masters_) {
+    import_adamw_state(*optimizer_, stepped_, state, file);
+    return;
+  }
+  import_adamw_state(*optimizer_, masters_->optimized(), state, file);
+  masters_->import_values(state, file);
+  masters_restored_ = true;
+}
+
+NamedTensors TrainingSession::export_optimizer_state() {
+  if (!masters_) return export_adamw_state(*optimizer_, stepped_);
+  NamedTensors state = export_adamw_state(*optimizer_, masters_->optimized());
+  const NamedTensors values = masters_->export_values();
+  state.insert(state.end(), values.begin(), values.end());
+  return state;
 }
 
 double TrainingSession::learning_rate(int64_t k, int64_t total) const {
   return learning_rate_at(config_.schedule, config_.optim.learning_rate, k, total);
+}
+
+std::string TrainingSession::precision_label() const {
+  if (masters_) return autocast_ ? "bf16 weights, fp32 master, bf16 autocast" : "bf16 weights, fp32 master";
+  return autocast_ ? "bf16 autocast, fp32 weights" : "fp32";
 }
 
 double TrainingSession::elapsed_s() const {
@@ -157,6 +186,8 @@ void TrainingSession::log(const nlohmann::json& line) {
 UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
   set_learning_rate(*optimizer_, lr);
   optimizer_->zero_grad();
+  if (masters_)  // the model's own gradients (an update skipped for a non-finite value leaves them)
+    for (auto& p : parameters_) p.mutable_grad().reset();
   if (zero_) zero_->drop_foreign_gradients();
   UpdateResult u;
   u.sums = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast_, synchroniser_.get());
@@ -186,7 +217,9 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
   // A batch without units (e.g. GFlowRL's filter removed every group) has no signal: no step, so weight decay
   // and stale moments do not move the weights.
   if (u.units == 0) return u;
+  if (masters_) masters_->take_gradients();
   optimizer_->step();
+  if (masters_) masters_->write_back();
   if (zero_) zero_->share_updated_parameters();
   after_optimizer_step_on_all_ranks(*model_, *distributed_);
   weights_finite_ = zero_ ? zero_->all_weights_finite() : all_finite(parameters_);
@@ -202,14 +235,14 @@ std::filesystem::path TrainingSession::save(const StepSource& source) {
     // Each rank stages its shard; rank 0 collects them once every rank is done (the all-reduce is the barrier).
     data.optimizer_shards = distributed_->world_size();
     stage_optimizer_shard(run_dir_, step_, distributed_->rank(), data.optimizer_shards,
-                          export_adamw_state(*optimizer_, stepped_));
+                          export_optimizer_state());
     distributed_->all_reduce({torch::ones({1}, torch::TensorOptions().device(device_))}, ReduceOp::sum);
   }
   if (!distributed_->is_main()) return {};
   data.step = step_;
   data.model = module_weights(*model_);
   if (auto own = objective_->trainable()) data.objective = module_weights(*own);
-  if (!zero_) data.optimizer = export_adamw_state(*optimizer_, stepped_);
+  if (!zero_) data.optimizer = export_optimizer_state();
   data.state = {{"elapsed_s", elapsed_s()},
                 {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
@@ -241,6 +274,7 @@ TrainResult TrainingSession::run(StepSource& source) {
       for (const auto& p : own->parameters()) state.push_back(p);
     distributed_->broadcast_from_main(state);  // every rank starts from rank 0's weights
   }
+  if (masters_ && !masters_restored_) masters_->adopt_parameters();
   weights_finite_ = all_finite(parameters_);
   if (gathering_) {
     // From here each rank keeps its own branch weights only (docs/training.md, "ZeRO").
@@ -266,6 +300,7 @@ TrainResult TrainingSession::run(StepSource& source) {
       line["step"] = done;
       line["split"] = "train";
       line["elapsed_s"] = elapsed_s();
+      line["precision"] = precision_label();
       add_memory(line, device_);
       log(line);
       if (progress) progress->update(done - first_step, report.progress);

@@ -24,6 +24,7 @@
 #include "objectives/objective.h"
 #include "train/distributed.h"
 #include "train/gradient_accumulation.h"
+#include "train/master_weights.h"
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
 #include "train/parameter_gathering.h"
@@ -115,12 +116,17 @@ class TrainingSession {
   Distributed& distributed() { return *distributed_; }
   int64_t step() const { return step_; }  // steps done
   bool autocast() const { return autocast_; }
+  // How the run computes and stores weights, as the metrics name it: "fp32", "bf16 autocast, fp32 weights",
+  // "bf16 weights, fp32 master" (+ ", bf16 autocast" on CUDA).
+  std::string precision_label() const;
   // Wall time of the run so far, earlier sessions of a resumed run included.
   double elapsed_s() const;
 
  private:
   std::filesystem::path save(const StepSource& source);
   void restore_optimizer(const CheckpointData& checkpoint, const std::string& origin);
+  void import_optimizer_state(const NamedTensors& state, const std::string& file);
+  NamedTensors export_optimizer_state();
   void log(const nlohmann::json& line);
 
   Config config_;
@@ -133,6 +139,8 @@ class TrainingSession {
   NamedTensors optimized_;  // every trained tensor, decay group first; the same order on every rank
   std::vector<torch::Tensor> parameters_;  // the same tensors, for clipping and finiteness checks
   NamedTensors stepped_;  // what this rank's optimizer updates: optimized_, or with ZeRO this rank's shard of it
+  std::optional<MasterWeights> masters_;  // run.param_dtype = bf16: the fp32 tensors the optimizer steps instead
+  bool masters_restored_ = false;         // from a checkpoint (else taken from the starting weights in run())
   std::unique_ptr<torch::optim::AdamW> optimizer_;
   std::shared_ptr<Distributed> distributed_;
   std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run

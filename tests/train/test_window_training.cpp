@@ -181,6 +181,51 @@ TEST_F(ArTraining, ResumeContinuesBitExactly) {
   EXPECT_LT(straight.at(8), straight.at(1));
 }
 
+// run.param_dtype = bf16: the model trains in bf16 (its weights and checkpointed model are bf16) while AdamW steps
+// fp32 master weights, which the checkpoint's optimizer state keeps and the model is the rounding of, exactly.
+// The losses follow the fp32 run's to bf16 accuracy, and a resumed run continues bitwise.
+TEST_F(ArTraining, Bf16WeightsTrainOnFp32MasterCopiesAndResumeBitExactly) {
+  Config fp32 = tiny_config(*corpus_);
+  const auto reference = train_run(make_setup(fp32), *corpus_ / "bf16_reference");
+  Config config = fp32;
+  config.run.param_dtype = "bf16";
+  TinyRun s = make_setup(config);
+  const auto dir = *corpus_ / "bf16_straight";
+  const auto straight = train_run(s, dir);
+  ASSERT_EQ(straight.size(), reference.size());
+  for (const auto& [step, loss] : reference) EXPECT_NEAR(straight.at(step), loss, 0.02 * loss) << "step " << step;
+  EXPECT_LT(straight.at(8), straight.at(1));
+
+  const CheckpointData last = load_checkpoint(dir);
+  std::map<std::string, torch::Tensor> state(last.optimizer.begin(), last.optimizer.end());
+  ASSERT_FALSE(last.model.empty());
+  for (const auto& [name, weight] : last.model) {
+    SCOPED_TRACE(name);
+    ASSERT_EQ(weight.scalar_type(), torch::kBFloat16);
+    ASSERT_TRUE(state.count(name + ".master"));
+    const torch::Tensor& master = state.at(name + ".master");
+    EXPECT_EQ(master.scalar_type(), torch::kFloat);
+    EXPECT_EQ(state.at(name + ".exp_avg").scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(master.to(torch::kBFloat16), weight));
+    if (name.find("norm") == std::string::npos)  // norm gains may stay exactly representable
+      EXPECT_FALSE(torch::equal(master, weight.to(torch::kFloat)));
+  }
+
+  CheckpointData at4 = load_checkpoint(dir / "checkpoints" / "step_000004");
+  torch::manual_seed(999);
+  const auto resumed = train_run(s, *corpus_ / "bf16_resumed", &at4);
+  ASSERT_EQ(resumed.size(), 4u);
+  for (int64_t step = 5; step <= 8; ++step) EXPECT_EQ(resumed.at(step), straight.at(step)) << "step " << step;
+  const CheckpointData resumed_last = load_checkpoint(*corpus_ / "bf16_resumed");
+  for (size_t k = 0; k < last.model.size(); ++k)
+    EXPECT_TRUE(torch::equal(resumed_last.model[k].second, last.model[k].second)) << last.model[k].first;
+
+  // The fp32 run's checkpoint has no master weights: resuming it with bf16 weights is refused by the config check.
+  CheckpointData fp32_at4 = load_checkpoint(*corpus_ / "bf16_reference" / "checkpoints" / "step_000004");
+  const std::string refusal = testing::input_error_of([&] { train_run(s, *corpus_ / "bf16_refused", &fp32_at4); });
+  EXPECT_NE(refusal.find("run.param_dtype"), std::string::npos) << refusal;
+}
+
 // The AR loss scaled by a weight of the objective's own, exp(log_scale): what FlowRL's log Z head is for RL, here in
 // pretraining. The session must optimise it, checkpoint it and restore it.
 class ScaledArObjective : public Objective {
