@@ -78,6 +78,7 @@ RolloutSource::RolloutSource(TrainingSession& session)
   LanguageModel& policy = session.model();
   if (rl_.reference == "initial") {
     reference_ = build_language_model(policy->config(), policy->vocab_size());
+    cast_parameters(*reference_, parameter_dtype(*policy));  // bf16 weights (run.param_dtype): the same rounding
     load_module_weights(*reference_, module_weights(*policy), "the initial policy");
     reference_->to(session.device());
     reference_->eval();

@@ -52,14 +52,16 @@ uint64_t parse_size(const std::string& text) {
   throw InputError(fmt::format("--shard-size '{}' is not a size such as 5GB, 500MB or 2GiB", text));
 }
 
-// auto: the dtype the run was imported in (import -> export is then bitwise), else fp32 (exact).
-std::string resolve_dtype(const std::string& option, const nlohmann::json& state) {
+// auto: the dtype the run was imported in (import -> export is then bitwise), else the dtype its weights trained
+// in (run.param_dtype; exact either way).
+std::string resolve_dtype(const std::string& option, const nlohmann::json& state, const Config& config) {
   static const std::map<std::string, std::string> kNames = {
       {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
   if (option != "auto") return kNames.at(option);
+  const std::string trained = kNames.at(config.run.param_dtype);
   const auto imported = state.find("hf_import");
-  if (imported == state.end() || !imported->is_object()) return "float32";
-  return imported->value("dtype", std::string("float32"));
+  if (imported == state.end() || !imported->is_object()) return trained;
+  return imported->value("dtype", trained);
 }
 
 int export_hf(const ExportOptions& o) {
@@ -71,7 +73,7 @@ int export_hf(const ExportOptions& o) {
   const Config config = config_from_string(checkpoint.config_toml, o.source + "/config.toml");
   const auto tokenizer = tokenizer_from_json(checkpoint.tokenizer, o.source + "/tokenizer.json");
   const std::string architecture = hf_architecture_for(config.model);
-  const std::string dtype_name = resolve_dtype(o.dtype, checkpoint.state);
+  const std::string dtype_name = resolve_dtype(o.dtype, checkpoint.state, config);
   const torch::ScalarType dtype = hf_dtype(dtype_name, o.source);
   const bool causal = make_objective(config, *tokenizer)->needs().mask == MaskMode::causal;
 
@@ -134,7 +136,7 @@ void add_export_command(CLI::App& app, Action& action) {
   auto* hf = cmd->add_subcommand("hf", "A Hugging Face model folder (config.json, safetensors shards, tokenizer)");
   hf->add_option("source", o->source, "Checkpoint folder, or a run folder (its newest checkpoint)")->required();
   hf->add_option("--out", o->out, "New folder")->required();
-  hf->add_option("--dtype", o->dtype, "Weights dtype: auto (the imported one, else fp32), bf16, fp16, fp32")
+  hf->add_option("--dtype", o->dtype, "Weights dtype: auto (the imported one, else the trained one: run.param_dtype), bf16, fp16, fp32")
       ->check(CLI::IsMember({"auto", "bf16", "fp16", "fp32"}));
   hf->add_option("--shard-size", o->shard_size, "Largest shard, e.g. 5GB, 500MB (default 5GB)");
   hf->callback([o, &action] { action = [o] { return export_hf(*o); }; });

@@ -192,10 +192,10 @@ void guarded(int64_t rank, std::chrono::milliseconds timeout, const char* what, 
   }
 }
 
-// A broadcast copies bits: bf16 travels as the int16 view of the same memory, because Gloo has no bf16 type
-// (docs/training.md, "Precision").
+// A broadcast copies bits: Gloo has no bf16 (nor int16) type, so bf16 travels as the fp16 view of the same memory,
+// which it copies without reading (docs/training.md, "Precision").
 torch::Tensor bits_of(const torch::Tensor& t) {
-  return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kShort) : t;
+  return t.scalar_type() == torch::kBFloat16 ? t.view(torch::kHalf) : t;
 }
 
 }  // namespace

@@ -16,12 +16,6 @@ const std::string kMasterSuffix = ".master";
 
 }  // namespace
 
-void cast_parameters(torch::nn::Module& module, torch::ScalarType dtype) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : module.parameters(/*recurse=*/true))
-    if (p.is_floating_point() && p.scalar_type() != dtype) p.set_data(p.to(dtype));
-}
-
 MasterWeights::MasterWeights(const NamedTensors& stepped) : stepped_(stepped) {
   torch::NoGradGuard no_grad;
   for (const auto& [name, p] : stepped_) {

@@ -6,17 +6,12 @@
 #include <string>
 #include <vector>
 
-#include <torch/nn/module.h>
 #include <torch/types.h>
 
 #include "checkpoint/safetensors.h"
 #include "train/optimizer.h"
 
 namespace inkstone {
-
-// Stores every floating-point parameter of `module` in `dtype` (buffers keep theirs: position tables, router
-// biases). The tensors keep their identity, so optimizers and hooks made later see the cast ones.
-void cast_parameters(torch::nn::Module& module, torch::ScalarType dtype);
 
 class MasterWeights {
  public:

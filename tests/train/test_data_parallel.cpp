@@ -495,6 +495,44 @@ TEST_F(DataParallel, ZeroMatchesDdpForDiffusionAndRl) {
   }
 }
 
+// bf16 weights with fp32 master weights on 2 ranks: gradients are summed in fp32 buckets, so ZeRO-1 (masters
+// sharded), ZeRO-2 and ZeRO-3 (bf16 branch weights gathered as fp16-typed bits over Gloo) train as DDP does, to the
+// bit; ZeRO-2's optimizer shards carry the masters, which consolidate to DDP's. GFlowRL rolls out the bf16 policy
+// under ZeRO-3 as under DDP.
+TEST_F(DataParallel, Bf16WeightsWithMasterCopiesTrainAlikeUnderEveryZeroStage) {
+  const auto dir = *dir_ / "bf16";
+  const std::string every_ten = "checkpoint_interval = 10\nkeep_checkpoints = 1\n";
+  const std::string bf16 = "[run]\nparam_dtype = \"bf16\"\n";
+  const auto ddp = two_ranks(dir, "ddp", tiny_config_text(data(), 2, 60, every_ten) + bf16);
+  ASSERT_EQ(ddp.size(), static_cast<size_t>(kSteps));
+  const CheckpointData ddp_last = load_checkpoint(dir / "ddp" / "run");
+  for (const int stage : {1, 2, 3}) {
+    const auto name = fmt::format("zero{}", stage);
+    const auto zero = two_ranks(dir, name,
+                                tiny_config_text(data(), 2, 60, every_ten, fmt::format("zero_stage = {}\n", stage)) +
+                                    bf16);
+    ASSERT_EQ(zero.size(), ddp.size());
+    for (const auto& [step, loss] : ddp) EXPECT_EQ(zero.at(step), loss) << "stage " << stage << " step " << step;
+    CheckpointData last = load_checkpoint(dir / name / "run");
+    EXPECT_EQ(max_difference(last.model, ddp_last.model), 0.0) << "stage " << stage;
+    consolidate_optimizer_shards(last);
+    EXPECT_EQ(max_difference(last.optimizer, ddp_last.optimizer), 0.0) << "stage " << stage;
+  }
+  size_t masters = 0;
+  for (const auto& [key, tensor] : ddp_last.optimizer)
+    if (key.size() > 7 && key.compare(key.size() - 7, 7, ".master") == 0) ++masters;
+  EXPECT_EQ(masters, ddp_last.model.size());
+
+  Config rl = tiny_rl_config(/*timeout_s=*/60);
+  rl.run.param_dtype = "bf16";
+  const auto rl_ddp = two_ranks(dir, "rl_ddp", config_to_toml(rl));
+  ASSERT_EQ(rl_ddp.size(), 3u);
+  rl.distributed.zero_stage = 3;
+  const auto rl_zero = two_ranks(dir, "rl_zero3", config_to_toml(rl));
+  ASSERT_EQ(rl_zero.size(), rl_ddp.size());
+  for (const auto& [step, checksum] : rl_ddp) EXPECT_EQ(rl_zero.at(step), checksum) << "RL step " << step;
+}
+
 // A rank that dies mid-run makes the survivor fail with a DistributedError within the timeout, not hang.
 TEST_F(DataParallel, DeadRankMakesTheOtherFailWithinTheTimeout) {
   const auto dir = *dir_ / "dead_rank";

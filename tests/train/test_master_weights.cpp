@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include "checkpoint/module_weights.h"
 #include "core/errors.h"
 #include "train/master_weights.h"
 #include "train/optimizer.h"
