@@ -32,6 +32,16 @@ inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const 
 #endif
 }
 
+// The type in which libtorch's memory observers receive allocator totals (int64_t in 1.13, size_t in 2.x), read
+// off the observer interface itself.
+template <typename>
+struct ThirdParameter;
+template <typename C, typename R, typename A, typename B, typename T, typename... Rest>
+struct ThirdParameter<R (C::*)(A, B, T, Rest...)> {
+  using type = T;
+};
+using AllocatorTotal = ThirdParameter<decltype(&c10::MemoryReportingInfoBase::reportMemoryUsage)>::type;
+
 // bf16 autocast on CUDA (fp32 master weights stay in the module).
 inline void set_cuda_autocast(bool enabled) {
 #if INKSTONE_TORCH_AT_LEAST(2, 4)

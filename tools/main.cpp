@@ -9,11 +9,13 @@
 
 #include "core/errors.h"
 #include "core/platform.h"
+#include "core/tensor_memory.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
   using namespace inkstone;
   keep_freed_memory_for_reuse();
+  count_cpu_tensor_memory();  // before the first tensor: the metrics' cpu_max_allocated_mib
   CLI::App app{"inkstone: train and sample language models with pluggable objectives"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");

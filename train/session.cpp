@@ -13,6 +13,7 @@
 #include "checkpoint/rng_state.h"
 #include "core/counter_hash.h"
 #include "core/memory_usage.h"
+#include "core/tensor_memory.h"
 #include "core/progress.h"
 #include "models/auxiliary.h"
 #include "train/lr_schedule.h"
@@ -37,10 +38,15 @@ void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& di
   after_optimizer_step(model);
 }
 
-// Peak resident memory of this process (rank 0's) so far and, on CUDA, the allocator's peak since the previous
-// line and what it holds now (docs/training.md, "Memory").
+// Peak resident memory of this process (rank 0's) so far; the most bytes of CPU tensors alive at once since the
+// previous line (where the process counts them); on CUDA the allocator's peak since the previous line and what it
+// holds now (docs/training.md, "Memory").
 void add_memory(nlohmann::json& line, torch::Device device) {
   line["peak_rss_mib"] = peak_resident_mib();
+  if (counting_cpu_tensor_memory()) {
+    line["cpu_max_allocated_mib"] = cpu_tensor_peak_mib();
+    reset_cpu_tensor_peak();
+  }
   if (const auto cuda = cuda_memory(device)) {
     line["cuda_max_allocated_mib"] = cuda->max_allocated_mib;
     line["cuda_reserved_mib"] = cuda->reserved_mib;
