@@ -189,6 +189,9 @@ struct TrainConfig {
   int64_t checkpoint_interval;
   int64_t keep_checkpoints;
   int64_t max_bad_steps;
+  int64_t spike_window;  // the spike guard's window of updates (train/spike_guard.h)
+  double spike_loss_z;   // 0: off
+  double spike_grad_z;   // 0: off
   int64_t activation_checkpointing;  // 0: none; k: blocks 0, k, 2k, ... recompute their forward in backward
 };
 

@@ -237,8 +237,20 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(train, checkpoint_interval, int64_t{500}, "Steps between checkpoints; 0: only at the end.")
           .at_least(0),
       INKSTONE_FIELD(train, keep_checkpoints, int64_t{3}, "Checkpoints kept (oldest pruned).").at_least(1),
-      INKSTONE_FIELD(train, max_bad_steps, int64_t{5}, "Consecutive NaN/Inf steps that stop the run.")
+      INKSTONE_FIELD(train, max_bad_steps, int64_t{5},
+                     "Consecutive skipped updates (non-finite, or spikes) that stop the run.")
           .at_least(1),
+      INKSTONE_FIELD(train, spike_window, int64_t{100},
+                     "Updates the spike guard compares an update's loss and gradient norm with.")
+          .range(2, 100000),
+      INKSTONE_FIELD(train, spike_loss_z, 0.0,
+                     "Skip an update whose loss is more than this many standard deviations above the window's mean "
+                     "(0: off).")
+          .range(0, 1e6),
+      INKSTONE_FIELD(train, spike_grad_z, 0.0,
+                     "Skip an update whose gradient norm is more than this many standard deviations above the "
+                     "window's mean (0: off).")
+          .range(0, 1e6),
       INKSTONE_FIELD(train, activation_checkpointing, int64_t{0},
                      "Recompute every k-th block's forward in backward (1: every block); 0: keep all activations.")
           .at_least(0),

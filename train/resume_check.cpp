@@ -14,10 +14,11 @@ namespace {
 
 // Whole sections and single keys a resumed run may change; every other key is the run's identity.
 constexpr std::array<std::string_view, 2> kFreeSections = {"distributed", "sample"};
-constexpr std::array<std::string_view, 17> kFreeKeys = {
+constexpr std::array<std::string_view, 20> kFreeKeys = {
     "run.name",           "run.run_dir",        "run.device",           "run.threads",
     "train.steps",        "train.grad_accum",   "train.log_interval", "train.eval_interval",  "train.eval_batches",
     "train.checkpoint_interval", "train.keep_checkpoints", "train.max_bad_steps", "train.activation_checkpointing",
+    "train.spike_window", "train.spike_loss_z", "train.spike_grad_z",
     "rl.eval_prompts",
     "rl.eval_samples",    "rl.eval_temperature", "rl.eval_path"};
 

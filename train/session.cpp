@@ -13,8 +13,8 @@
 #include "checkpoint/rng_state.h"
 #include "core/counter_hash.h"
 #include "core/memory_usage.h"
-#include "core/tensor_memory.h"
 #include "core/progress.h"
+#include "core/tensor_memory.h"
 #include "models/auxiliary.h"
 #include "train/lr_schedule.h"
 #include "train/resume_check.h"
@@ -73,6 +73,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       run_dir_(std::move(run_dir)),
       device_(device),
       autocast_(config_.run.precision == "bf16" && device.is_cuda()),
+      spike_guard_(config_.train.spike_window, config_.train.spike_loss_z, config_.train.spike_grad_z),
       distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   model_->to(device_);
   if (config_.run.param_dtype == "bf16") cast_parameters(*model_, torch::kBFloat16);
@@ -102,7 +103,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
   }
   stepped_ = groups.decay;
   stepped_.insert(stepped_.end(), groups.no_decay.begin(), groups.no_decay.end());
-  if (config_.run.param_dtype != "fp32") {
+  if (config_.run.param_dtype == "bf16") {
     masters_.emplace(stepped_);
     groups = masters_->optimized(groups);
   }
@@ -128,6 +129,8 @@ void TrainingSession::resume(const CheckpointData& checkpoint, StepSource& sourc
   if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
   restore_optimizer(checkpoint, origin);
   restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
+  if (const auto saved = checkpoint.state.find("spike_guard"); saved != checkpoint.state.end())
+    spike_guard_.restore(*saved, origin);
   step_ = checkpoint.step;
   elapsed_before_s_ = state_number(checkpoint, "elapsed_s", 0.0);
   source.restore(checkpoint);
@@ -209,20 +212,24 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
   u.loss = host[0].item<double>() / std::max(u.units, 1.0);
   u.grad_norm = host[2].item<double>();
   if (!std::isfinite(u.loss) || !std::isfinite(u.grad_norm)) {
-    ++skipped_updates_;
-    log({{"step", step + 1}, {"split", "train"}, {"event", "skipped_non_finite"}, {"loss", u.loss},
-         {"grad_norm", u.grad_norm}});
-    if (++bad_in_a_row_ >= config_.train.max_bad_steps)
-      throw std::runtime_error(fmt::format(
-          "{} consecutive steps had a non-finite loss or gradient (last at step {}); stopping. "
-          "Lower optim.learning_rate or check the data",
-          bad_in_a_row_, step + 1));
+    skip_update(step, {{"event", "skipped_non_finite"}, {"loss", u.loss}, {"grad_norm", u.grad_norm}},
+                "a non-finite loss or gradient");
+    return u;
+  }
+  // A batch without units (e.g. GFlowRL's filter removed every group) has no signal: no step, so weight decay
+  // and stale moments do not move the weights.
+  if (u.units == 0) {
+    bad_in_a_row_ = 0;
+    return u;
+  }
+  if (const SpikeVerdict spike = spike_guard_.check(u.loss, u.grad_norm); spike.skip) {
+    skip_update(step,
+                {{"event", "skipped_spike"}, {"loss", u.loss}, {"grad_norm", u.grad_norm}, {"loss_z", spike.loss_z},
+                 {"grad_z", spike.grad_z}},
+                "a loss or gradient-norm spike");
     return u;
   }
   bad_in_a_row_ = 0;
-  // A batch without units (e.g. GFlowRL's filter removed every group) has no signal: no step, so weight decay
-  // and stale moments do not move the weights.
-  if (u.units == 0) return u;
   if (masters_) masters_->take_gradients();
   optimizer_->step();
   if (masters_) masters_->write_back();
@@ -231,6 +238,17 @@ UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, do
   weights_finite_ = zero_ ? zero_->all_weights_finite() : all_finite(parameters_);
   u.applied = true;
   return u;
+}
+
+void TrainingSession::skip_update(int64_t step, nlohmann::json line, const std::string& why) {
+  ++skipped_updates_;
+  line["step"] = step + 1;
+  line["split"] = "train";
+  log(line);
+  if (++bad_in_a_row_ >= config_.train.max_bad_steps)
+    throw std::runtime_error(fmt::format(
+        "{} consecutive steps had {} (last at step {}); stopping. Lower optim.learning_rate or check the data",
+        bad_in_a_row_, why, step + 1));
 }
 
 std::filesystem::path TrainingSession::save(const StepSource& source) {
@@ -252,7 +270,8 @@ std::filesystem::path TrainingSession::save(const StepSource& source) {
   data.state = {{"elapsed_s", elapsed_s()},
                 {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
-                {"objective", objective_->name()}};
+                {"objective", objective_->name()},
+                {"spike_guard", spike_guard_.state()}};
   data.state.update(source.checkpoint_state());
   data.state.update(rank_state);
   data.config_toml = config_to_toml(config_);

@@ -28,6 +28,7 @@
 #include "train/metrics_log.h"
 #include "train/optimizer.h"
 #include "train/parameter_gathering.h"
+#include "train/spike_guard.h"
 #include "train/zero_sharding.h"
 
 namespace inkstone {
@@ -128,6 +129,8 @@ class TrainingSession {
   void import_optimizer_state(const NamedTensors& state, const std::string& file);
   NamedTensors export_optimizer_state();
   void log(const nlohmann::json& line);
+  // Counts and logs a skipped update (`line` says why); train.max_bad_steps in a row stop the run.
+  void skip_update(int64_t step, nlohmann::json line, const std::string& why);
 
   Config config_;
   LanguageModel model_;
@@ -147,6 +150,7 @@ class TrainingSession {
   std::unique_ptr<ZeroSharding> zero_;                  // only with distributed.zero_stage > 0 and several ranks
   std::shared_ptr<ParameterGathering> gathering_;       // only with ZeRO stage 3; the model's residency in run()
   std::optional<MetricsLog> log_;                       // rank 0, during run()
+  SpikeGuard spike_guard_;
   torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
   int64_t step_ = 0;
   int64_t skipped_updates_ = 0;

@@ -375,7 +375,9 @@ TEST(CheckpointOptimizer, StateMissingAParameterIsRefusedAndNoUpdateYetIsKept) {
   }
 }
 
-TEST(CheckpointWeights, AWeightOfAnotherDtypeIsRefusedNotConverted) {
+// A wider checkpoint dtype than the model's would be rounded: refused. A narrower one (bf16 weights of a run with
+// run.param_dtype = bf16) loads exactly.
+TEST(CheckpointWeights, AWeightTheModelWouldRoundIsRefusedAndBf16LoadsExactly) {
   auto model = tiny_model(6);
   NamedTensors weights = named_parameters(model);
   weights.front().second = weights.front().second.to(torch::kDouble);
@@ -383,6 +385,20 @@ TEST(CheckpointWeights, AWeightOfAnotherDtypeIsRefusedNotConverted) {
   EXPECT_NE(message.find("step 3: weight '" + weights.front().first + "' is Double, the model holds Float"),
             std::string::npos)
       << message;
+
+  NamedTensors bf16;
+  for (const auto& [name, w] : named_parameters(tiny_model(7))) bf16.emplace_back(name, w.detach().to(torch::kBFloat16));
+  load_module_weights(*model, bf16, "step 4");
+  const NamedTensors loaded = named_parameters(model);
+  for (size_t k = 0; k < bf16.size(); ++k) {
+    EXPECT_EQ(loaded[k].second.scalar_type(), torch::kFloat);
+    EXPECT_TRUE(torch::equal(loaded[k].second.detach(), bf16[k].second.to(torch::kFloat))) << bf16[k].first;
+  }
+  cast_parameters(*model, torch::kBFloat16);
+  EXPECT_EQ(parameter_dtype(*model), torch::kBFloat16);
+  const std::string narrowing =
+      testing::input_error_of([&] { load_module_weights(*model, named_parameters(tiny_model(8)), "step 5"); });
+  EXPECT_NE(narrowing.find("is Float, the model holds BFloat16"), std::string::npos) << narrowing;
 }
 
 // --- RNG state -------------------------------------------------------------------------------------------

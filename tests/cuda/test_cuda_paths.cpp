@@ -13,6 +13,7 @@
 #include "sampler/kernels/diffusion_step.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "train/master_weights.h"
 #include "train/optimizer.h"
 
 namespace inkstone {
@@ -84,6 +85,38 @@ TEST(Cuda, FusedAdamWUpdatesAsThePerParameterStep) {
       EXPECT_TRUE(torch::allclose(gpu_params[i].detach().cpu(), cpu_params[i].detach(), 1e-6, 1e-6))
           << "step " << step << " parameter " << i;
   }
+}
+
+// bf16 weights on the GPU (run.param_dtype): the fused AdamW steps the fp32 masters as the CPU's per-parameter
+// step does, and each bf16 weight is its master rounded.
+TEST(Cuda, MasterWeightsStepLikeTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(6);
+  const auto start = torch::randn({64, 48}).to(torch::kBFloat16);
+  auto make = [&](torch::Device device) {
+    auto weight = start.to(device, /*non_blocking=*/false, /*copy=*/true).requires_grad_();
+    NamedTensors stepped{{"w", weight}};
+    auto masters = std::make_unique<MasterWeights>(stepped);
+    masters->adopt_parameters();
+    OptimConfig optim = default_config().optim;
+    optim.learning_rate = 1e-3;
+    auto adamw = make_adamw(masters->optimized(ParameterGroups{stepped, {}}), optim);
+    return std::make_tuple(weight, std::move(masters), std::move(adamw));
+  };
+  auto [cpu_weight, cpu_masters, cpu_adamw] = make(torch::kCPU);
+  auto [gpu_weight, gpu_masters, gpu_adamw] = make(torch::kCUDA);
+  for (int step = 0; step < 5; ++step) {
+    const auto grad = torch::randn({64, 48}).to(torch::kBFloat16);
+    cpu_weight.mutable_grad() = grad.clone();
+    gpu_weight.mutable_grad() = grad.to(torch::kCUDA);
+    for (auto* m : {cpu_masters.get(), gpu_masters.get()}) m->take_gradients();
+    cpu_adamw->step();
+    gpu_adamw->step();
+    for (auto* m : {cpu_masters.get(), gpu_masters.get()}) m->write_back();
+  }
+  const auto gpu_master = gpu_masters->optimized().front().second.detach();
+  EXPECT_TRUE(torch::allclose(gpu_master.cpu(), cpu_masters->optimized().front().second.detach(), 1e-6, 1e-6));
+  EXPECT_TRUE(torch::equal(gpu_weight.detach(), gpu_master.to(torch::kBFloat16)));
 }
 
 TEST(Cuda, ForwardAndBackwardMatchTheCpu) {

@@ -124,6 +124,32 @@ TEST(Backbone, RMSNormGradientsMatchFloat64Autograd) {
   }
 }
 
+// bf16 weights (run.param_dtype): the kernel reads bf16 rows, computes in fp32 and keeps only its bf16 input and
+// an fp32 factor per row; its results are the float64 formula's on the same bf16 values, rounded once to bf16
+// (relative 2^-8; a weight gradient sums 36 rows).
+TEST(Backbone, RMSNormOnBf16RowsIsTheFloat64FormulaRoundedOnce) {
+  torch::manual_seed(4);
+  const int64_t width = 192;
+  const auto x = (torch::randn({4, 9, width}) * 2).to(torch::kBFloat16).requires_grad_();
+  const auto weight = torch::empty({width}).uniform_(0.5, 1.5).to(torch::kBFloat16).requires_grad_();
+  const auto probe = torch::randn({4, 9, width}).to(torch::kBFloat16);
+  const auto y = rms_norm(x, weight, kEps);
+  ASSERT_EQ(y.scalar_type(), torch::kBFloat16);
+  const auto grads = gradients_of(y, {x, weight}, probe);
+  ASSERT_EQ(grads[1].scalar_type(), torch::kBFloat16);
+
+  const auto x64 = x.detach().to(torch::kDouble).requires_grad_();
+  const auto weight64 = weight.detach().to(torch::kDouble).requires_grad_();
+  const auto y64 = ref_rms_norm(x64, weight64);
+  const auto ref = gradients_of(y64, {x64, weight64}, probe.to(torch::kDouble));
+  const auto relative = [](const torch::Tensor& got, const torch::Tensor& want) {
+    return ((got.to(torch::kDouble) - want).abs() / (want.abs() + 1e-2)).max().item<double>();
+  };
+  EXPECT_LT(relative(y, y64), 1.0 / 128);
+  EXPECT_LT(relative(grads[0], ref[0]), 1.0 / 64);
+  EXPECT_LT(relative(grads[1], ref[1]), 1.0 / 64);
+}
+
 TEST(Backbone, RoPEMatchesFloat64RotateHalf) {
   torch::manual_seed(0);
   const auto x = torch::randn({2, 3, 5, 8});

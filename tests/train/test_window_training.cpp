@@ -272,16 +272,16 @@ TEST_F(ArTraining, AnObjectivesOwnWeightsAreTrainedCheckpointedAndResumed) {
   EXPECT_TRUE(torch::equal(resumed_end.objective[0].second, end.objective[0].second));
 }
 
-// Wraps the AR objective and poisons the loss on chosen calls.
+// Wraps the AR objective and multiplies the loss on chosen calls (by NaN unless told otherwise).
 class PoisonedObjective : public Objective {
  public:
-  PoisonedObjective(std::unique_ptr<Objective> inner, std::set<int> poisoned)
-      : inner_(std::move(inner)), poisoned_(std::move(poisoned)) {}
+  PoisonedObjective(std::unique_ptr<Objective> inner, std::set<int> poisoned, double factor = std::nan(""))
+      : inner_(std::move(inner)), poisoned_(std::move(poisoned)), factor_(factor) {}
   std::string name() const override { return inner_->name(); }
   ObjectiveNeeds needs() const override { return inner_->needs(); }
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override {
     LossOutput out = inner_->loss(model, batch);
-    if (poisoned_.count(++calls_)) out.loss_sum = out.loss_sum * std::nan("");
+    if (poisoned_.count(++calls_)) out.loss_sum = out.loss_sum * factor_;
     return out;
   }
   ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override {
@@ -291,6 +291,7 @@ class PoisonedObjective : public Objective {
  private:
   std::unique_ptr<Objective> inner_;
   std::set<int> poisoned_;
+  double factor_;
   int calls_ = 0;
 };
 
@@ -312,6 +313,48 @@ TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
     message = e.what();
   }
   EXPECT_NE(message.find("2 consecutive steps had a non-finite loss"), std::string::npos) << message;
+}
+
+// A planted loss spike (x50 at step 9) is a z-score outlier of the 6 updates before it: the update is skipped and
+// logged, the weights and AdamW state stay as step 8 left them. A run resumed from step 4 restores the guard's
+// window and skips step 9 too (without the window it would not be full yet, and would step).
+TEST_F(ArTraining, ALossSpikeIsSkippedLoggedAndJudgedAlikeAfterResume) {
+  Config config = tiny_config(*corpus_);
+  config.train.steps = 12;
+  config.train.checkpoint_interval = 1;
+  config.train.keep_checkpoints = 20;
+  config.train.spike_window = 6;
+  config.train.spike_loss_z = 3;
+  TinyRun s = make_setup(config);
+  const auto dir = *corpus_ / "spike";
+  const auto spiking = [&](int call) {
+    return std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{call}, 50.0);
+  };
+  const auto straight = train_run(s, dir, nullptr, spiking(9));
+  EXPECT_EQ(straight.size(), 11u);
+  EXPECT_EQ(straight.count(9), 0u);
+
+  int spikes = 0;
+  std::ifstream in(dir / "metrics.jsonl");
+  for (std::string line; std::getline(in, line);) {
+    const auto record = nlohmann::json::parse(line);
+    if (record.value("event", "") != "skipped_spike") continue;
+    ++spikes;
+    EXPECT_EQ(record["step"], 9);
+    EXPECT_GT(record["loss_z"].get<double>(), 3.0);
+  }
+  EXPECT_EQ(spikes, 1);
+  const CheckpointData at8 = load_checkpoint(dir / "checkpoints" / "step_000008");
+  const CheckpointData at9 = load_checkpoint(dir / "checkpoints" / "step_000009");
+  for (size_t k = 0; k < at8.model.size(); ++k)
+    EXPECT_TRUE(torch::equal(at8.model[k].second, at9.model[k].second)) << at8.model[k].first;
+  for (size_t k = 0; k < at8.optimizer.size(); ++k)
+    EXPECT_TRUE(torch::equal(at8.optimizer[k].second, at9.optimizer[k].second)) << at8.optimizer[k].first;
+
+  const CheckpointData at4 = load_checkpoint(dir / "checkpoints" / "step_000004");
+  const auto resumed = train_run(s, *corpus_ / "spike_resumed", &at4, spiking(5));  // call 5 is step 9
+  ASSERT_EQ(resumed.size(), 7u);
+  for (const auto& [step, loss] : resumed) EXPECT_EQ(loss, straight.at(step)) << "step " << step;
 }
 
 TEST_F(ArTraining, MetricsLogHasTheDocumentedFields) {
