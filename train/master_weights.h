@@ -1,7 +1,7 @@
 // Mixed precision with master weights (Micikevicius et al., "Mixed Precision Training", 2018; docs/training.md,
 // "Precision"): the model computes with bf16 weights, and the optimizer steps fp32 copies of them, so that updates
-// smaller than a bf16 step (2^-8 relative) accumulate instead of rounding away. bf16 keeps fp32's exponent range,
-// so no loss scaling is needed.
+// smaller than half a bf16 step (2^-9 to 2^-8 of the weight) accumulate instead of rounding away. bf16 keeps
+// fp32's exponent range, so no loss scaling is needed.
 #pragma once
 #include <string>
 #include <vector>
