@@ -14,8 +14,8 @@ using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
 // Σ_j a_j b_j over one row with eight running sums in Acc, so the compiler can keep them in vector registers.
-template <typename Acc, typename T>
-double row_dot(const T* a, const T* b, int64_t n) {
+template <typename Acc, typename A, typename B>
+double row_dot(const A* a, const B* b, int64_t n) {
   Acc partial[8] = {};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
@@ -80,21 +80,18 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
       auto* dxp = dx.data_ptr<scalar_t>();
       auto* dgp = dg_partial.data_ptr<acc_t>();
       at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-        std::vector<acc_t> dy_g(width), row(width);
+        std::vector<acc_t> dy_g(width);
         for (int64_t c = chunk_begin; c < chunk_end; ++c) {
           acc_t* dg_row = dgp + c * width;
           for (int64_t i = c * rows_per_chunk; i < std::min(rows, (c + 1) * rows_per_chunk); ++i) {
             const scalar_t *x_row = xp + i * width, *dy_row = dyp + i * width;
             const acc_t r = rp[i];
+            for (int64_t j = 0; j < width; ++j) dy_g[j] = static_cast<acc_t>(dy_row[j]) * static_cast<acc_t>(g[j]);
+            const auto coefficient = static_cast<acc_t>(row_dot<acc_t>(dy_g.data(), x_row, width) * r * r * r / width);
             for (int64_t j = 0; j < width; ++j) {
-              dy_g[j] = static_cast<acc_t>(dy_row[j]) * static_cast<acc_t>(g[j]);
-              row[j] = static_cast<acc_t>(x_row[j]);
-            }
-            const auto coefficient =
-                static_cast<acc_t>(row_dot<acc_t>(dy_g.data(), row.data(), width) * r * r * r / width);
-            for (int64_t j = 0; j < width; ++j) {
-              dxp[i * width + j] = static_cast<scalar_t>(r * dy_g[j] - row[j] * coefficient);
-              dg_row[j] += static_cast<acc_t>(dy_row[j]) * row[j] * r;
+              const auto x_j = static_cast<acc_t>(x_row[j]);
+              dxp[i * width + j] = static_cast<scalar_t>(r * dy_g[j] - x_j * coefficient);
+              dg_row[j] += static_cast<acc_t>(dy_row[j]) * x_j * r;
             }
           }
         }

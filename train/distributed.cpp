@@ -434,10 +434,11 @@ void GradientSynchroniser::arm() {
 torch::Tensor GradientSynchroniser::slot(size_t parameter) {
   Bucket& bucket = buckets_[bucket_of_[parameter]];
   const auto& p = parameters_[parameter];
-  // Gradients of bf16 parameters are summed in fp32 (bf16 sums would round once per rank).
-  const auto sum_dtype = c10::elementSize(p.scalar_type()) < 4 ? torch::kFloat : p.scalar_type();
-  if (!bucket.flat.defined())
+  if (!bucket.flat.defined()) {
+    // Gradients of bf16 parameters are summed in fp32 (bf16 sums would round once per rank).
+    const auto sum_dtype = c10::elementSize(p.scalar_type()) < 4 ? torch::kFloat : p.scalar_type();
     bucket.flat = torch::empty({bucket.numel}, torch::TensorOptions().dtype(sum_dtype).device(p.device()));
+  }
   return bucket.flat.narrow(0, offset_of_[parameter], p.numel()).view(p.sizes());
 }
 
