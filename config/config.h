@@ -220,6 +220,14 @@ struct SampleConfig {
   bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
 };
 
+// What a run shows besides metrics.jsonl (docs/observability.md).
+struct MetricsConfig {
+  bool tensorboard;                         // TensorBoard event file in the run folder (rank 0)
+  int64_t sample_interval;                  // every k steps samples of sample_prompts go into the metrics; 0: never
+  std::vector<std::string> sample_prompts;  // empty: [sample] prompt
+  double peak_tflops;  // the device's bf16 peak for MFU; 0: known CUDA devices' datasheet value, none on CPU
+};
+
 // How prompts are rendered for `sample` and RL (dataset/prompt_format.h): a chat model expects its own turn markers.
 struct ChatConfig {
   std::string format;                    // raw | chatml | llama3
@@ -239,6 +247,7 @@ struct Config {
   TrainConfig train;
   DistributedConfig distributed;
   SampleConfig sample;
+  MetricsConfig metrics;
   ChatConfig chat;
   RlConfig rl;
   GflowrlConfig gflowrl;

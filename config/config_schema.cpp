@@ -289,6 +289,20 @@ std::vector<FieldSpec> build_schema() {
                      "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
                      "eager steps."),
 
+      INKSTONE_FIELD(metrics, tensorboard, false,
+                     "Write a TensorBoard event file into the run folder (scalars under <split>/<metric>, samples "
+                     "and the config as text)."),
+      INKSTONE_FIELD(metrics, sample_interval, int64_t{0},
+                     "Every k steps, sample each of sample_prompts with the [sample] settings and fixed seed into "
+                     "the metrics; 0: never.")
+          .at_least(0),
+      INKSTONE_FIELD(metrics, sample_prompts, Strings{},
+                     "Prompts sampled during training; empty: the [sample] prompt."),
+      INKSTONE_FIELD(metrics, peak_tflops, 0.0,
+                     "Peak bf16 TFLOP/s of one device, the denominator of mfu; 0: the datasheet value of a known "
+                     "CUDA device, and no mfu elsewhere.")
+          .range(0, 1e6),
+
       INKSTONE_FIELD(chat, format, "raw",
                      "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "
                      "Qwen) or llama3 (<|start_header_id|>user<|end_header_id|> ...).")

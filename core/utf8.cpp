@@ -62,4 +62,12 @@ bool is_unicode_whitespace(char32_t c) {
          (c >= 0x2000 && c <= 0x200A) || c == 0x2028 || c == 0x2029 || c == 0x202F || c == 0x205F || c == 0x3000;
 }
 
+std::string valid_utf8(std::string_view text) {
+  std::string out;
+  out.reserve(text.size());
+  for_each_utf8_run(
+      text, [&](std::string_view run) { out += run; }, [&](std::string_view) { append_utf8(out, U'\uFFFD'); });
+  return out;
+}
+
 }  // namespace inkstone

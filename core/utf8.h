@@ -18,6 +18,10 @@ void append_utf8(std::string& out, char32_t code_point);
 // Unicode's White_Space property (Rust's char::is_whitespace, which Hugging Face's Strip uses).
 bool is_unicode_whitespace(char32_t code_point);
 
+// `text` with every byte that starts no valid sequence replaced by U+FFFD, for logs and viewers that need valid
+// UTF-8 (a byte-level model's sample can end mid-character).
+std::string valid_utf8(std::string_view text);
+
 // Walks `text` in order: on_valid(run) for each maximal non-empty valid UTF-8 run, on_invalid(byte) for each byte
 // that starts no valid sequence (both as views into `text`).
 template <typename OnValid, typename OnInvalid>

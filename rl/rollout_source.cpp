@@ -191,6 +191,8 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
   StepReport report;
   report.progress =
       fmt::format("reward {:.3f}  accuracy {:.3f}", line["reward_mean"].get<double>(), line["accuracy"].get<double>());
+  report.model_flops_per_s = line["train_tokens_per_s"].get<double>() * 3 *
+                             session.model()->forward_flops_per_token(batch.tokens.size(1));
   report.line = std::move(line);
   return report;
 }

@@ -14,6 +14,7 @@
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_sampler.h"
 #include "sampler/rollout.h"
+#include "sampler/text_samples.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 
@@ -38,6 +39,21 @@ struct SampleOptions {
   std::optional<int64_t> batch_size;
   bool eager = false;
 };
+
+// The run's [sample] settings with the options given on the command line in their place.
+SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
+  sample.num = o.num.value_or(sample.num);
+  sample.max_new_tokens = o.max_new_tokens.value_or(sample.max_new_tokens);
+  sample.temperature = o.temperature.value_or(sample.temperature);
+  sample.top_k = o.top_k.value_or(sample.top_k);
+  sample.top_p = o.top_p.value_or(sample.top_p);
+  sample.seed = o.seed.value_or(sample.seed);
+  sample.steps = o.steps.value_or(sample.steps);
+  sample.diffusion_sampler = o.diffusion_sampler.value_or(sample.diffusion_sampler);
+  sample.noise_removal = o.noise_removal.value_or(sample.noise_removal);
+  sample.min_p = o.min_p.value_or(sample.min_p);
+  return sample;
+}
 
 std::vector<std::string> read_prompts(const SampleOptions& o, const SampleConfig& defaults) {
   if (!o.prompts_file.empty()) {
@@ -91,16 +107,9 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
   if (o.min_p) throw InputError("--min-p is a diffusion option; this checkpoint is autoregressive");
 
-  ArSampleOptions options;
-  options.num_samples = o.num.value_or(defaults.num);
-  options.max_new_tokens = o.max_new_tokens.value_or(defaults.max_new_tokens);
-  options.sampling.temperature = o.temperature.value_or(defaults.temperature);
-  options.sampling.top_k = o.top_k.value_or(defaults.top_k);
-  options.sampling.top_p = o.top_p.value_or(defaults.top_p);
-  options.seed = o.seed.value_or(defaults.seed);
-  options.decode = o.eager || !defaults.cuda_graphs ? DecodeMode::growing_cache : DecodeMode::automatic;
   const PromptFormat format(trained.config.chat, tokenizer);
-  options.end_ids = format.end_ids();
+  ArSampleOptions options = ar_sample_options(with_overrides(o, defaults), format);
+  if (o.eager) options.decode = DecodeMode::growing_cache;
 
   const std::vector<std::string> prompts = read_prompts(o, defaults);
   std::vector<std::vector<int32_t>> prompt_ids;
@@ -124,16 +133,8 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   const Tokenizer& tokenizer = *trained.tokenizer;
   const DiffusionProcess process = diffusion_process_for(*trained.objective, trained.config, tokenizer, trained.model->vocab_size());
 
-  DiffusionSampleOptions options;
-  options.steps = o.steps.value_or(defaults.steps);
-  options.method = diffusion_method_from_name(o.diffusion_sampler.value_or(defaults.diffusion_sampler));
-  options.noise_removal = noise_removal_from_name(o.noise_removal.value_or(defaults.noise_removal));
-  options.filter.temperature = o.temperature.value_or(defaults.temperature);
-  options.filter.top_k = o.top_k.value_or(defaults.top_k);
-  options.filter.top_p = o.top_p.value_or(defaults.top_p);
-  options.seed = o.seed.value_or(defaults.seed);
-  options.min_p = o.min_p.value_or(defaults.min_p);
-  options.fused = o.eager ? false : defaults.fused;
+  DiffusionSampleOptions options = diffusion_sample_options(with_overrides(o, defaults));
+  if (o.eager) options.fused = false;
   const int64_t copies = o.num.value_or(defaults.num);
   const int64_t batch_size = o.batch_size.value_or(defaults.batch_size);
 

@@ -10,6 +10,7 @@
 #include "core/platform.h"
 #include "core/run_lock.h"
 #include "rl/rollout_source.h"
+#include "sampler/text_samples.h"
 #include "tools/commands.h"
 #include "tools/run_setup.h"
 #include "train/distributed.h"
@@ -85,6 +86,25 @@ Policy adopt_initial_policy(Config& config, const torch::Device& device) {
   return {init.model, init.tokenizer};
 }
 
+// metrics.sample_prompts (or the [sample] prompt) sampled from the session's model; a prompt that leaves no room
+// for sample.max_new_tokens in the context is refused here rather than at the first sampling step.
+SampleTexts training_samples(TrainingSession& session) {
+  const Config& config = session.config();
+  std::vector<std::string> prompts = config.metrics.sample_prompts;
+  if (prompts.empty()) prompts.push_back(config.sample.prompt);
+  for (const auto& prompt : prompts) {
+    const auto length = static_cast<int64_t>(session.tokenizer().encode(prompt).size());
+    if (length + config.sample.max_new_tokens + 1 > config.model.max_seq_len)
+      throw InputError(fmt::format("metrics.sample_prompts: '{}' ({} tokens) and sample.max_new_tokens = {} exceed "
+                                   "model.max_seq_len = {}",
+                                   prompt, length, config.sample.max_new_tokens, config.model.max_seq_len));
+  }
+  return [&session, prompts] {
+    return sample_texts(session.model(), session.objective(), session.config(), session.tokenizer(), prompts,
+                        session.device());
+  };
+}
+
 int train(const TrainOptions& o) {
   if (o.print_defaults) {
     fmt::print("{}", config_to_toml(default_config(), /*with_docs=*/true));
@@ -139,6 +159,7 @@ int train(const TrainOptions& o) {
     TrainingData data = open_training_data(config, *ctx.tokenizer, session.objective().needs(), launch.rank);
     source = std::make_unique<WindowSource>(session, data.train, data.val);
   }
+  if (config.metrics.sample_interval > 0) session.set_sample_texts(training_samples(session));
   if (checkpoint) {
     session.resume(*checkpoint, *source);
     if (checkpoint->step >= config.train.steps)

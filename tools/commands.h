@@ -29,5 +29,7 @@ void add_import_command(CLI::App& app, Action& action);
 void add_export_command(CLI::App& app, Action& action);
 // `checkpoint consolidate`: a ZeRO checkpoint as an ordinary one (tools/cmd_checkpoint.cpp).
 void add_checkpoint_command(CLI::App& app, Action& action);
+// `plot`: runs' metrics drawn with Cairo (tools/cmd_plot.cpp, viz/).
+void add_plot_command(CLI::App& app, Action& action);
 
 }  // namespace inkstone::cli

@@ -8,6 +8,9 @@ packages=(
   libopenblas0-openmp     # optimised BLAS behind libtorch (the reference BLAS is ~35x slower)
   libtomlplusplus-dev libfmt-dev libcli11-dev nlohmann-json3-dev libpcre2-dev libutf8proc-dev ccache
   libgtest-dev libzstd-dev libgloo-dev libxxhash-dev
+  libprotobuf-dev protobuf-compiler  # TensorBoard event files
+  libboost-dev            # header-only: CRC-32C of event-file records
+  libcairo2-dev           # `inkstone plot`
   fortunes                # the default corpus
 )
 

@@ -13,7 +13,7 @@ namespace inkstone {
 namespace {
 
 // Whole sections and single keys a resumed run may change; every other key is the run's identity.
-constexpr std::array<std::string_view, 2> kFreeSections = {"distributed", "sample"};
+constexpr std::array<std::string_view, 3> kFreeSections = {"distributed", "sample", "metrics"};
 constexpr std::array<std::string_view, 20> kFreeKeys = {
     "run.name",           "run.run_dir",        "run.device",           "run.threads",
     "train.steps",        "train.grad_accum",   "train.log_interval", "train.eval_interval",  "train.eval_batches",

@@ -12,9 +12,11 @@
 #include "checkpoint/optimizer_state.h"
 #include "checkpoint/rng_state.h"
 #include "core/counter_hash.h"
+#include "core/device_peak.h"
 #include "core/memory_usage.h"
 #include "core/progress.h"
 #include "core/tensor_memory.h"
+#include "core/utf8.h"
 #include "models/auxiliary.h"
 #include "train/lr_schedule.h"
 #include "train/resume_check.h"
@@ -190,6 +192,26 @@ double TrainingSession::elapsed_s() const {
 
 void TrainingSession::log(const nlohmann::json& line) {
   if (log_) log_->append(line);
+  if (tensorboard_) tensorboard_->append(line);
+}
+
+// Every rank samples (the forward of a ZeRO-3 model gathers weights from all of them); rank 0 logs. The samplers
+// draw from their own generators, so training's random state is untouched and a resumed run samples alike.
+void TrainingSession::log_samples(int64_t step) {
+  model_->eval();
+  const auto samples = sample_texts_();
+  model_->train();
+  nlohmann::json listed = nlohmann::json::array();
+  for (const auto& [prompt, text] : samples)
+    listed.push_back({{"prompt", valid_utf8(prompt)}, {"text", valid_utf8(text)}});
+  log({{"step", step}, {"split", "samples"}, {"samples", listed}});
+}
+
+void TrainingSession::add_utilisation(nlohmann::json& line, double model_flops_per_s) const {
+  if (model_flops_per_s <= 0) return;
+  const double per_device_tflops = model_flops_per_s / static_cast<double>(distributed_->world_size()) / 1e12;
+  line["tflops_per_s"] = per_device_tflops;
+  if (peak_tflops_) line["mfu"] = per_device_tflops / *peak_tflops_;
 }
 
 UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
@@ -288,9 +310,14 @@ TrainResult TrainingSession::run(StepSource& source) {
   if (distributed_->is_main()) {
     std::filesystem::create_directories(run_dir_);
     log_.emplace(run_dir_ / "metrics.jsonl", step_);  // a resumed run drops the lines past its checkpoint
+    if (config_.metrics.tensorboard) {
+      tensorboard_.emplace(run_dir_, step_ > 0 ? std::optional<int64_t>(step_) : std::nullopt);
+      if (step_ == 0) tensorboard_->text(0, "config", config_to_toml(config_));
+    }
     progress.emplace(source.name(), train.steps - first_step, ProgressBar::Unit::items);
   }
   TrainResult result;
+  peak_tflops_ = bf16_peak_tflops(device_, config_.metrics.peak_tflops);
   model_->train();
   {
     std::vector<torch::Tensor> state = model_->parameters();
@@ -327,10 +354,13 @@ TrainResult TrainingSession::run(StepSource& source) {
       line["elapsed_s"] = elapsed_s();
       line["precision"] = precision_label();
       add_memory(line, device_);
+      add_utilisation(line, report.model_flops_per_s);
       log(line);
       if (progress) progress->update(done - first_step, report.progress);
     }
     const bool last = done == train.steps;
+    if (sample_texts_ && config_.metrics.sample_interval > 0 && done % config_.metrics.sample_interval == 0)
+      log_samples(done);
     if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
       auto metrics = evaluate(done);
       if (last) result.final_eval = metrics;
@@ -349,6 +379,7 @@ TrainResult TrainingSession::run(StepSource& source) {
   }
   if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
   log_.reset();
+  tensorboard_.reset();
   result.steps_done = step_;
   result.skipped_updates = skipped_updates_;
   return result;

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <memory>
 #include <optional>
@@ -29,6 +30,7 @@
 #include "train/optimizer.h"
 #include "train/parameter_gathering.h"
 #include "train/spike_guard.h"
+#include "train/tensorboard_log.h"
 #include "train/zero_sharding.h"
 
 namespace inkstone {
@@ -48,7 +50,15 @@ struct TrainResult {
 struct StepReport {
   std::optional<nlohmann::json> line;
   std::string progress;
+  // The model FLOPs per second the steps since the previous line trained at, over all ranks (3 times the forward
+  // FLOPs of the trained tokens, recomputation not counted); 0: unknown. The session logs it per device as
+  // tflops_per_s, and as mfu against the device's bf16 peak where one is known.
+  double model_flops_per_s = 0;
 };
+
+// Samples of the run's prompts from the current weights, as (prompt, text) pairs; called on every rank (a ZeRO-3
+// forward needs them all), with the same result on each.
+using SampleTexts = std::function<std::vector<std::pair<std::string, std::string>>()>;
 
 // An evaluation: its metrics, the line to log (split and metrics; the session adds step and elapsed time) and a
 // one-line summary for the terminal.
@@ -106,6 +116,8 @@ class TrainingSession {
   // the loss or gradient is non-finite (counted, logged, fatal after train.max_bad_steps in a row) or the batch
   // has no units. `step` is the training step the update belongs to (for messages). Only during run().
   UpdateResult update(const std::vector<Batch>& micro_batches, double lr, int64_t step);
+  // What run() samples every metrics.sample_interval steps into the metrics (split "samples").
+  void set_sample_texts(SampleTexts sample_texts) { sample_texts_ = std::move(sample_texts); }
   // The learning rate of optimizer step `k` of `total` (optim.learning_rate under the schedule).
   double learning_rate(int64_t k, int64_t total) const;
 
@@ -129,6 +141,9 @@ class TrainingSession {
   void import_optimizer_state(const NamedTensors& state, const std::string& file);
   NamedTensors export_optimizer_state();
   void log(const nlohmann::json& line);
+  void log_samples(int64_t step);
+  // tflops_per_s and mfu for a line whose step window trained at `model_flops_per_s` over all ranks.
+  void add_utilisation(nlohmann::json& line, double model_flops_per_s) const;
   // Counts and logs a skipped update (`line` says why); train.max_bad_steps in a row stop the run.
   void skip_update(int64_t step, nlohmann::json line, const std::string& why);
 
@@ -150,6 +165,9 @@ class TrainingSession {
   std::unique_ptr<ZeroSharding> zero_;                  // only with distributed.zero_stage > 0 and several ranks
   std::shared_ptr<ParameterGathering> gathering_;       // only with ZeRO stage 3; the model's residency in run()
   std::optional<MetricsLog> log_;                       // rank 0, during run()
+  std::optional<TensorBoardLog> tensorboard_;           // rank 0, during run(), with metrics.tensorboard
+  SampleTexts sample_texts_;
+  std::optional<double> peak_tflops_;                   // the mfu denominator, where known
   SpikeGuard spike_guard_;
   torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
   int64_t step_ = 0;

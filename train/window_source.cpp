@@ -100,6 +100,8 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   for (auto& [name, value] : u.sums.metric_maxes) line[name] = value.item<double>();
   report.progress = fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train_.steps,
                                 line["loss"].get<double>(), line["tokens_per_s"].get<double>());
+  report.model_flops_per_s =
+      line["tokens_per_s"].get<double>() * 3 * session.model()->forward_flops_per_token(seq_len_);
   report.line = std::move(line);
   window_start_ = std::chrono::steady_clock::now();
   window_tokens_ = 0;
