@@ -67,6 +67,7 @@ Batch WindowSource::to_device(const TokenBatch& batch, int64_t row_begin, int64_
 }
 
 StepReport WindowSource::step(TrainingSession& session, int64_t step) {
+  const auto started = std::chrono::steady_clock::now();
   const int64_t rank_batch = train_.batch_size / world_size_;
   const int64_t micro_batch = rank_batch / train_.grad_accum;
   const int64_t tokens_per_step = train_.batch_size * seq_len_;
@@ -86,14 +87,14 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
     if (on_step) on_step(done, u.loss);
   }
 
+  window_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   StepReport report;
   if (window_steps_ == 0 || (done % train_.log_interval != 0 && done != train_.steps)) return report;
-  const double window_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - window_start_).count();
   nlohmann::json line = {{"tokens_seen", tokens_seen_},
                          {"loss", window_loss_ / static_cast<double>(window_steps_)},
                          {"lr", lr},
                          {"grad_norm", u.grad_norm},
-                         {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(window_s, 1e-9)}};
+                         {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(window_seconds_, 1e-9)}};
   const double units = std::max(u.units, 1.0);
   for (auto& [name, value] : u.sums.metric_sums) line[name] = value.item<double>() / units;
   for (auto& [name, value] : u.sums.metric_mins) line[name] = value.item<double>();
@@ -103,7 +104,7 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   report.model_flops_per_s =
       line["tokens_per_s"].get<double>() * 3 * session.model()->forward_flops_per_token(seq_len_);
   report.line = std::move(line);
-  window_start_ = std::chrono::steady_clock::now();
+  window_seconds_ = 0;
   window_tokens_ = 0;
   window_loss_ = 0;
   window_steps_ = 0;

@@ -66,8 +66,9 @@ class WindowSource : public StepSource {
   int64_t world_size_;
   torch::Device device_;
   int64_t tokens_seen_ = 0;
-  // The current log window (train.log_interval steps): its start, tokens and summed step losses.
-  std::chrono::steady_clock::time_point window_start_ = std::chrono::steady_clock::now();
+  // The current log window (train.log_interval steps): the seconds spent in its steps (evaluation, samples and
+  // checkpoints between them are not training throughput), its tokens and summed step losses.
+  double window_seconds_ = 0;
   int64_t window_tokens_ = 0;
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
