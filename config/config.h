@@ -160,6 +160,7 @@ struct DataConfig {
   int64_t seq_len;
   std::string mode;       // pack | pad
   bool document_mask;     // pack: attention and convolutions stay within each packed document
+  int64_t seed;           // the training windows' order; -1: run.seed (data_order_seed)
 };
 
 struct OptimConfig {
@@ -257,6 +258,12 @@ struct Config {
 
 // The documented defaults.
 Config default_config();
+
+// The seed of the training windows' order: data.seed, or run.seed where data.seed is -1. Apart from run.seed (the
+// weights' initialisation), so that a sweep can vary the two separately.
+inline int64_t data_order_seed(const Config& config) {
+  return config.data.seed >= 0 ? config.data.seed : config.run.seed;
+}
 
 // Parses a TOML file over the defaults, then applies `section.key=value` overrides. Unknown keys, wrong types
 // and out-of-range values throw InputError naming file:line and key (with a near-miss suggestion).

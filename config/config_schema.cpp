@@ -48,7 +48,7 @@ std::vector<FieldSpec> build_schema() {
   const double inf = 1e300;
   std::vector<FieldBuilder> f = {
       INKSTONE_FIELD(run, name, "run", "Run name; the default run folder is runs/<name>."),
-      INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, data order and sampling.").at_least(0),
+      INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, sampling and (unless data.seed) data order.").at_least(0),
       INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
       INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
       INKSTONE_FIELD(run, precision, "fp32",
@@ -206,6 +206,9 @@ std::vector<FieldSpec> build_schema() {
           .one_of({"pack", "pad"}),
       INKSTONE_FIELD(data, document_mask, false,
                      "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
+      INKSTONE_FIELD(data, seed, int64_t{-1},
+                     "Seed of the training windows' order; -1: run.seed (which also seeds the weights).")
+          .at_least(-1),
 
       INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").positive_up_to(10),
       INKSTONE_FIELD(optim, beta1, 0.9, "AdamW beta1.").range(0, 1),

@@ -31,5 +31,7 @@ void add_export_command(CLI::App& app, Action& action);
 void add_checkpoint_command(CLI::App& app, Action& action);
 // `plot`: runs' metrics drawn with Cairo (tools/cmd_plot.cpp, viz/).
 void add_plot_command(CLI::App& app, Action& action);
+// `sweep`: variants x seeds, trained resumably, reported against the noise floor (tools/cmd_sweep.cpp, sweep/).
+void add_sweep_command(CLI::App& app, Action& action);
 
 }  // namespace inkstone::cli

@@ -31,6 +31,7 @@ int main(int argc, char** argv) {
   cli::add_export_command(app, action);
   cli::add_checkpoint_command(app, action);
   cli::add_plot_command(app, action);
+  cli::add_sweep_command(app, action);
   cli::add_launch_command(app, action);
   cli::add_version_command(app, action);
 

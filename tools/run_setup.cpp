@@ -43,7 +43,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     o.split = split;
     o.window_len = config.data.seq_len + needs.window_extra;
     o.mode = window_mode_from_name(config.data.mode);
-    o.seed = static_cast<uint64_t>(config.run.seed);
+    o.seed = static_cast<uint64_t>(data_order_seed(config));
     o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
     o.expected_vocab_size = tokenizer.vocab_size();
     o.expected_tokenizer_kind = tokenizer.kind();
