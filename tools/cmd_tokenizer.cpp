@@ -12,6 +12,7 @@
 #include "core/input_file.h"
 #include "dataset/bpe_trainer.h"
 #include "dataset/tokenizer.h"
+#include "dataset/tokenizer_stats.h"
 #include "tools/commands.h"
 
 namespace inkstone::cli {
@@ -74,31 +75,31 @@ int run_decode(const std::string& spec, const std::vector<std::string>& id_texts
 
 int run_stats(const std::string& spec, const std::vector<std::string>& files) {
   const auto tokenizer = load_tokenizer(spec);
-  int64_t bytes = 0, tokens = 0, words = 0, single_byte_tokens = 0;
+  TokenizerStats s;
   double encode_seconds = 0;
   for (const std::string& file : files) {
     const std::string text = read_file_or_throw(file);
     const auto start = std::chrono::steady_clock::now();
-    const auto ids = tokenizer->encode(text);
+    tokenizer->encode(text);
     encode_seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    bytes += static_cast<int64_t>(text.size());
-    tokens += static_cast<int64_t>(ids.size());
-    for (int32_t id : ids) single_byte_tokens += tokenizer->token_bytes(id).size() == 1;
-    bool in_word = false;
-    for (char c : text) {
-      const bool space = c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v';
-      words += !space && !in_word;
-      in_word = !space;
-    }
+    s.add(tokenizer_stats(text, *tokenizer));
   }
-  const double token_count = std::max<double>(tokens, 1);
   fmt::print("tokenizer: {} ({}, fingerprint {})\n", spec, tokenizer->kind(), tokenizer->fingerprint());
   fmt::print("vocabulary size: {}\n", tokenizer->vocab_size());
-  fmt::print("bytes: {}  tokens: {}  words: {}\n", bytes, tokens, words);
-  fmt::print("bytes per token: {:.3f}\n", bytes / token_count);
-  fmt::print("tokens per word: {:.3f}\n", tokens / std::max<double>(words, 1));
-  fmt::print("single-byte tokens: {:.2f}%\n", 100.0 * single_byte_tokens / token_count);
-  fmt::print("encode speed: {:.1f} MB/s\n", bytes / 1e6 / std::max(encode_seconds, 1e-9));
+  fmt::print("bytes: {}  tokens: {}  words: {}\n", s.bytes, s.tokens, s.words);
+  fmt::print("bytes per token (compression): {:.3f}\n", s.bytes_per_token());
+  fmt::print("tokens per word (fertility): {:.3f}\n", s.tokens_per_word());
+  fmt::print("single-byte tokens: {:.2f}%\n", 100.0 * s.single_byte_tokens / std::max<double>(s.tokens, 1));
+  if (s.byte_exact) {
+    fmt::print("tokens splitting a UTF-8 character: {:.2f}%\n", 100.0 * s.character_split_rate());
+    fmt::print("numbers cut right to left in equal groups: {:.2f}% of {}\n", 100.0 * s.digit_alignment(), s.numbers);
+    fmt::print("line breaks in whitespace-only tokens: {:.2f}% of {}\n", 100.0 * s.line_break_purity(),
+               s.line_breaks);
+  } else {
+    fmt::print("character, number and line-break measures: n/a (the tokens' bytes do not reproduce the text: the "
+               "tokenizer normalises it)\n");
+  }
+  fmt::print("encode speed: {:.1f} MB/s\n", s.bytes / 1e6 / std::max(encode_seconds, 1e-9));
   return 0;
 }
 
@@ -133,7 +134,7 @@ void add_tokenizer_command(CLI::App& app, Action& action) {
   decode_cmd->callback([&action, spec, ids] { action = [spec, ids] { return run_decode(*spec, *ids); }; });
 
   auto files = std::make_shared<std::vector<std::string>>();
-  auto* stats_cmd = cmd->add_subcommand("stats", "Vocabulary size, bytes/token, tokens/word, byte-fallback rate");
+  auto* stats_cmd = cmd->add_subcommand("stats", "Compression, fertility, UTF-8 character splits, digit alignment, line breaks");
   stats_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
   stats_cmd->add_option("files", *files, "Text files")->required();
   stats_cmd->callback([&action, spec, files] { action = [spec, files] { return run_stats(*spec, *files); }; });
