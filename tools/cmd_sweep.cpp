@@ -19,6 +19,7 @@
 #include "models/language_model.h"
 #include "sweep/sweep_report.h"
 #include "tools/commands.h"
+#include "viz/interval_chart.h"
 
 namespace inkstone::cli {
 namespace {
@@ -115,6 +116,21 @@ void print_plan(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
                fmt::join(spec.variants[i / spec.seeds.size()].overrides, " "));
 }
 
+// Per metric, per variant: the seeds' values, the mean with its 95% interval, marked when Holm's p < alpha.
+std::vector<IntervalPanel> interval_panels(const SweepSpec& spec, const std::vector<MetricReport>& reports) {
+  std::vector<IntervalPanel> panels;
+  for (const auto& report : reports) {
+    IntervalPanel panel{fmt::format("{} over {} seeds (dashed: baseline mean; *: beyond the noise floor)",
+                                    report.metric, spec.seeds.size()),
+                        {}};
+    for (const auto& v : report.variants)
+      panel.rows.push_back({v.variant, v.values, v.summary.mean, v.summary.ci_low, v.summary.ci_high,
+                            !v.versus_baseline, v.versus_baseline && v.p_holm < spec.alpha});
+    panels.push_back(std::move(panel));
+  }
+  return panels;
+}
+
 int sweep(const SweepOptions& o) {
   const SweepSpec spec = load_sweep(o.file);
   const std::vector<SweepRun> runs = plan_sweep(spec, training_flops_per_token);
@@ -133,7 +149,8 @@ int sweep(const SweepOptions& o) {
   const std::string markdown = report_markdown(spec, reports);
   write_file_atomic(spec.out_dir / "report.md", markdown);
   write_file_atomic(spec.out_dir / "report.json", report_json(spec, reports).dump(2) + "\n");
-  fmt::print("\n{}report: {} and report.json\n", markdown, (spec.out_dir / "report.md").string());
+  draw_interval_charts(interval_panels(spec, reports), spec.out_dir / "report.png");
+  fmt::print("\n{}report: {}, report.json, report.png\n", markdown, (spec.out_dir / "report.md").string());
   return 0;
 }
 

@@ -1,7 +1,5 @@
 #include "viz/line_chart.h"
 
-#include <cairo-svg.h>
-#include <cairo.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -9,23 +7,12 @@
 #include <cmath>
 #include <map>
 
-#include "core/atomic_file.h"
 #include "core/errors.h"
+#include "viz/figure.h"
 
 namespace inkstone {
 namespace {
 
-// Tableau's ten colours: distinct for the usual handful of runs and readable on white.
-constexpr std::array<std::array<double, 3>, 10> kColours = {{{0.12, 0.47, 0.71},
-                                                              {1.00, 0.50, 0.05},
-                                                              {0.17, 0.63, 0.17},
-                                                              {0.84, 0.15, 0.16},
-                                                              {0.58, 0.40, 0.74},
-                                                              {0.55, 0.34, 0.29},
-                                                              {0.89, 0.47, 0.76},
-                                                              {0.50, 0.50, 0.50},
-                                                              {0.74, 0.74, 0.13},
-                                                              {0.09, 0.75, 0.81}}};
 constexpr double kLegendHeight = 34;
 constexpr double kMarginLeft = 72, kMarginRight = 18, kMarginTop = 30, kMarginBottom = 46;
 
@@ -43,27 +30,12 @@ struct Range {
       high += half;
     }
   }
+  void margin(double fraction) {  // room so that extremes do not run along the frame
+    const double extra = (high - low) * fraction;
+    low -= extra;
+    high += extra;
+  }
 };
-
-std::string tick_label(double v) {
-  const double a = std::abs(v);
-  if (a >= 1e9) return fmt::format("{:g}G", v / 1e9);
-  if (a >= 1e6) return fmt::format("{:g}M", v / 1e6);
-  if (a >= 1e4) return fmt::format("{:g}k", v / 1e3);
-  return fmt::format("{:.4g}", v);
-}
-
-cairo_status_t append_to_string(void* closure, const unsigned char* data, unsigned int length) {
-  static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
-  return CAIRO_STATUS_SUCCESS;
-}
-
-void text_at(cairo_t* cr, const std::string& text, double x, double y, double align_x, double align_y) {
-  cairo_text_extents_t extents;
-  cairo_text_extents(cr, text.c_str(), &extents);
-  cairo_move_to(cr, x - extents.x_bearing - align_x * extents.width, y - extents.y_bearing - align_y * extents.height);
-  cairo_show_text(cr, text.c_str());
-}
 
 class PanelPainter {
  public:
@@ -84,6 +56,7 @@ class PanelPainter {
     if (xs.empty() || ys.empty()) return 0;
     xs.pad();
     ys.pad();
+    ys.margin(0.04);
     x_ = xs;
     y_ = ys;
     axes();
@@ -92,7 +65,7 @@ class PanelPainter {
     cairo_rectangle(cr_, left_, top_, width_, height_);
     cairo_clip(cr_);
     for (size_t i = 0; i < panel.series.size(); ++i) {
-      const auto& colour = kColours[colour_of_run.at(panel.series[i].run) % kColours.size()];
+      const auto& colour = palette_colour(colour_of_run.at(panel.series[i].run));
       if (style_.smoothing > 0) curve(panel.series[i].x, panel.series[i].y, colour, 0.25, 1.0);
       curve(panel.series[i].x, smoothed[i], colour, 1.0, 1.8);
       ++curves;
@@ -179,7 +152,7 @@ void legend(cairo_t* cr, const std::vector<std::string>& runs, double width) {
   }
   double x = std::max(8.0, (width - total) / 2);
   for (size_t i = 0; i < runs.size(); ++i) {
-    const auto& colour = kColours[i % kColours.size()];
+    const auto& colour = palette_colour(i);
     cairo_set_source_rgb(cr, colour[0], colour[1], colour[2]);
     cairo_set_line_width(cr, 3);
     cairo_move_to(cr, x, kLegendHeight / 2);
@@ -193,33 +166,9 @@ void legend(cairo_t* cr, const std::vector<std::string>& runs, double width) {
 
 }  // namespace
 
-std::vector<double> nice_ticks(double low, double high, int target) {
-  std::vector<double> ticks;
-  if (!(high > low) || target < 1) return ticks;
-  const double rough = (high - low) / target;
-  const int exponent = static_cast<int>(std::floor(std::log10(rough)));
-  const double magnitude = std::pow(10.0, exponent);
-  double factor = 10;
-  for (double f : {1.0, 2.0, 5.0})
-    if (rough <= f * magnitude) {
-      factor = f;
-      break;
-    }
-  // k * factor scaled by the power of ten last, dividing for negative exponents: 3 * 2 / 10 is 0.6 exactly, where
-  // 3 * 0.2 is not.
-  auto tick = [&](double k) {
-    return exponent < 0 ? k * factor / std::pow(10.0, -exponent) : k * factor * magnitude;
-  };
-  const double step = factor * magnitude;
-  for (double k = std::ceil(low / step - 1e-9); tick(k) <= high + step * 1e-9; k += 1) ticks.push_back(tick(k) + 0.0);
-  return ticks;
-}
-
 ChartSummary draw_line_charts(const std::vector<ChartPanel>& panels, const ChartStyle& style,
                               const std::filesystem::path& out) {
-  const std::string extension = out.extension().string();
-  if (extension != ".png" && extension != ".svg")
-    throw InputError(fmt::format("--out '{}': the figure is written as .png or .svg", out.string()));
+  check_figure_extension(out);
   if (panels.empty()) throw InputError("nothing to plot: no metric given");
 
   ChartSummary summary;
@@ -235,37 +184,16 @@ ChartSummary draw_line_charts(const std::vector<ChartPanel>& panels, const Chart
     for (const auto& s : panel.series)
       if (colour_of_run.emplace(s.run, runs.size()).second) runs.push_back(s.run);
 
-  std::string bytes;
-  cairo_surface_t* surface =
-      extension == ".svg"
-          ? cairo_svg_surface_create_for_stream(append_to_string, &bytes, summary.width, summary.height)
-          : cairo_image_surface_create(CAIRO_FORMAT_ARGB32, summary.width, summary.height);
-  cairo_t* cr = cairo_create(surface);
-  cairo_set_source_rgb(cr, 1, 1, 1);
-  cairo_paint(cr);
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  legend(cr, runs, summary.width);
   const double panel_width = static_cast<double>(summary.width) / columns;
   const double panel_height = (summary.height - kLegendHeight) / rows;
-  try {
+  write_figure(out, summary.width, summary.height, [&](cairo_t* cr) {
+    legend(cr, runs, summary.width);
     for (int i = 0; i < summary.panels; ++i) {
       PanelPainter painter(cr, style, (i % columns) * panel_width, kLegendHeight + (i / columns) * panel_height,
                            panel_width, panel_height);
       summary.series += painter.paint(panels[static_cast<size_t>(i)], colour_of_run);
     }
-  } catch (...) {
-    cairo_destroy(cr);
-    cairo_surface_destroy(surface);
-    throw;
-  }
-  cairo_destroy(cr);
-  if (extension == ".png") cairo_surface_write_to_png_stream(surface, append_to_string, &bytes);
-  cairo_surface_finish(surface);
-  const cairo_status_t status = cairo_surface_status(surface);
-  cairo_surface_destroy(surface);
-  if (status != CAIRO_STATUS_SUCCESS)
-    throw std::runtime_error(fmt::format("drawing {}: {}", out.string(), cairo_status_to_string(status)));
-  write_file_atomic(out, bytes);
+  });
   return summary;
 }
 

@@ -34,7 +34,4 @@ struct ChartSummary {
 ChartSummary draw_line_charts(const std::vector<ChartPanel>& panels, const ChartStyle& style,
                               const std::filesystem::path& out);
 
-// Tick positions covering [low, high] at a 1-2-5 step (a linear axis), about `target` of them.
-std::vector<double> nice_ticks(double low, double high, int target);
-
 }  // namespace inkstone

@@ -124,6 +124,7 @@ TEST_F(Sweeps, ARerunSweepKeepsFinishedRunsAndReports) {
                        "[[variant]]\nname = \"plain\"\n[[variant]]\nname = \"lr_high\"\nset = [\"optim.learning_rate=1e-2\"]\n");
   const auto first = testing::run_cli({"sweep", path.string(), "--jobs", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
+  EXPECT_TRUE(fs::exists(out / "report.png"));
   const auto report = nlohmann::json::parse(std::ifstream(out / "report.json"));
   const auto& variants = report["metrics"]["val/loss"]["variants"];
   ASSERT_EQ(variants.size(), 2u);

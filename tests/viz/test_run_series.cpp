@@ -8,6 +8,8 @@
 #include "core/errors.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "viz/figure.h"
+#include "viz/interval_chart.h"
 #include "viz/line_chart.h"
 #include "viz/run_series.h"
 
@@ -125,6 +127,26 @@ TEST(LineChart, DrawsPngAndSvgOfTheAskedSize) {
   EXPECT_NE(testing::input_error_of([&] { draw_line_charts(panels, ChartStyle{}, testing::temp_dir("viz_jpg") / "f.jpg"); })
                 .find("written as .png or .svg"),
             std::string::npos);
+}
+
+// A sweep's figure: one panel per metric, a row per variant, a dot per seed; its height follows the rows.
+TEST(IntervalChart, DrawsARowPerVariantAndADotPerSeed) {
+  const std::vector<IntervalPanel> panels = {
+      {"val/loss", {{"plain", {3.5, 3.6, 3.4}, 3.5, 3.25, 3.75, true, false},
+                    {"attnres", {3.3, 3.4, 3.35}, 3.35, 3.23, 3.47, false, true}}},
+      {"train/loss", {{"plain", {2.4, 2.5, 2.45}, 2.45, 2.33, 2.57, true, false},
+                      {"attnres", {2.4, 2.3, 2.35}, 2.35, 2.23, 2.47, false, false}}}};
+  const auto png = testing::temp_dir("viz_interval") / "report.png";
+  const IntervalSummary summary = draw_interval_charts(panels, png, 900);
+  EXPECT_EQ(summary.panels, 2);
+  EXPECT_EQ(summary.rows, 4);
+  EXPECT_EQ(summary.points, 12);
+  EXPECT_EQ(summary.height, 2 * (34 + 2 * 40 + 40));
+  std::ifstream in(png, std::ios::binary);
+  const std::string bytes{std::istreambuf_iterator<char>(in), {}};
+  ASSERT_GT(bytes.size(), 24u);
+  EXPECT_EQ(big_endian(bytes, 16), 900u);
+  EXPECT_EQ(big_endian(bytes, 20), static_cast<uint32_t>(summary.height));
 }
 
 }  // namespace
