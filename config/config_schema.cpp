@@ -48,7 +48,8 @@ std::vector<FieldSpec> build_schema() {
   const double inf = 1e300;
   std::vector<FieldBuilder> f = {
       INKSTONE_FIELD(run, name, "run", "Run name; the default run folder is runs/<name>."),
-      INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, sampling and (unless data.seed) data order.").at_least(0),
+      INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, sampling and (unless data.seed) data order.")
+          .at_least(0),
       INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
       INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
       INKSTONE_FIELD(run, precision, "fp32",

@@ -1,9 +1,9 @@
 // The dense bf16 matmul peak of a device, the denominator of model FLOPs utilisation (docs/observability.md, "MFU").
 #pragma once
+#include <c10/core/Device.h>
+
 #include <optional>
 #include <string>
-
-#include <c10/core/Device.h>
 
 namespace inkstone {
 

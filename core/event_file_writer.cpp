@@ -21,8 +21,9 @@ std::optional<std::filesystem::path> find_event_file(const std::filesystem::path
   for (const auto& entry : std::filesystem::directory_iterator(run_dir)) {
     const std::string name = entry.path().filename().string();
     if (name.rfind(kFilePrefix, 0) != 0 || !entry.is_regular_file()) continue;
-    if (found) throw InputError("run folder " + run_dir.string() + " has two event files: " + found->string() +
-                                " and " + entry.path().string());
+    if (found)
+      throw InputError("run folder " + run_dir.string() + " has two event files: " + found->string() + " and " +
+                       entry.path().string());
     found = entry.path();
   }
   return found;
@@ -40,10 +41,10 @@ EventFileWriter::EventFileWriter(const std::filesystem::path& run_dir, std::opti
     write_file_atomic(path_, kept);
   } else {
     if (existing) std::filesystem::remove(*existing);  // a fresh run in a reused folder starts a fresh file
-    path_ = run_dir / (kFilePrefix + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) +
-                       ".inkstone");
-    write_file_atomic(path_, frame_record(serialize_event(
-                                 {std::chrono::duration<double>(now).count(), 0, kFileVersion, {}, {}})));
+    path_ = run_dir /
+            (kFilePrefix + std::to_string(std::chrono::duration_cast<std::chrono::seconds>(now).count()) + ".inkstone");
+    write_file_atomic(
+        path_, frame_record(serialize_event({std::chrono::duration<double>(now).count(), 0, kFileVersion, {}, {}})));
   }
   out_.open(path_, std::ios::binary | std::ios::app);
   if (!out_) throw std::runtime_error("cannot open " + path_.string() + " for appending");

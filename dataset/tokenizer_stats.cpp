@@ -82,8 +82,7 @@ TokenizerStats tokenizer_stats(std::string_view text, const std::vector<std::str
   if (!s.byte_exact) return s;
 
   const std::vector<bool> starts = character_starts(text);
-  for (size_t t = 0; t + 1 < cuts.size(); ++t)
-    s.character_splitting_tokens += !starts[cuts[t]] || !starts[cuts[t + 1]];
+  for (size_t t = 0; t + 1 < cuts.size(); ++t) s.character_splitting_tokens += !starts[cuts[t]] || !starts[cuts[t + 1]];
 
   for (size_t t = 0; t + 1 < cuts.size(); ++t) {
     const std::string_view token = text.substr(cuts[t], cuts[t + 1] - cuts[t]);

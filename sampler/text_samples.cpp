@@ -51,8 +51,8 @@ std::vector<std::pair<std::string, std::string>> sample_texts(LanguageModel& mod
     layouts.push_back(prefix_row(tokenizer.encode(prompt), config.sample.max_new_tokens));
   const DiffusionCanvas canvas = make_canvas(layouts, 1);
   const DiffusionProcess process = diffusion_process_for(objective, config, tokenizer, model->vocab_size());
-  const auto done = sample_diffusion(model_denoiser(model), process, canvas, diffusion_sample_options(config.sample),
-                                     device);
+  const auto done =
+      sample_diffusion(model_denoiser(model), process, canvas, diffusion_sample_options(config.sample), device);
   for (int64_t r = 0; r < done.tokens.size(0); ++r) {
     const auto generated = done.tokens[r].masked_select(canvas.fixed[r].logical_not()).contiguous();
     const int64_t* first = generated.data_ptr<int64_t>();

@@ -9,21 +9,21 @@ namespace inkstone {
 struct Summary {
   int n = 0;
   double mean = 0;
-  double sd = 0;  // sample standard deviation (n - 1); 0 for n < 2
+  double sd = 0;                   // sample standard deviation (n - 1); 0 for n < 2
   double ci_low = 0, ci_high = 0;  // 95% t interval of the mean; the mean itself for n < 2
 };
 Summary summarize(const std::vector<double>& values);
 
 struct PairedTest {
-  int n = 0;                // pairs
+  int n = 0;                   // pairs
   double mean_difference = 0;  // mean of variant - baseline
   double sd_difference = 0;
-  double t = 0;             // mean / (sd / sqrt(n))
-  double p = 1;             // two-sided; 1 when the differences have no spread or n < 2
+  double t = 0;                    // mean / (sd / sqrt(n))
+  double p = 1;                    // two-sided; 1 when the differences have no spread or n < 2
   double ci_low = 0, ci_high = 0;  // 95% interval of the mean difference
 };
-// Student's paired t-test of `variant` against `baseline`, pair i being seed i of each; InputError-free: the
-// caller checks the lengths match (std::invalid_argument otherwise).
+// Student's paired t-test of `variant` against `baseline`, pair i being seed i of each (the lengths must match:
+// std::invalid_argument otherwise).
 PairedTest paired_t_test(const std::vector<double>& variant, const std::vector<double>& baseline);
 
 // Adjusted p-values in the input order: Bonferroni multiplies by the number of tests; Holm's step-down multiplies

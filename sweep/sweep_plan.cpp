@@ -1,18 +1,17 @@
 #include "sweep/sweep_plan.h"
 
 #include <fmt/format.h>
+#include <toml++/toml.h>
 
 #include <cmath>
 #include <set>
-
-#include <toml++/toml.h>
 
 #include "core/errors.h"
 
 namespace inkstone {
 namespace {
 
-const std::set<std::string> kSweepKeys = {"base", "out",     "seeds",    "data_seeds", "steps", "tokens",
+const std::set<std::string> kSweepKeys = {"base",  "out",     "seeds",    "data_seeds", "steps", "tokens",
                                           "flops", "metrics", "baseline", "alpha",      "set"};
 
 std::vector<std::string> strings_at(const toml::node_view<const toml::node>& node, const std::string& where) {
@@ -102,7 +101,8 @@ SweepSpec load_sweep(const std::filesystem::path& file) {
       throw InputError(fmt::format("{}: every [[variant]] needs a name (a folder name, no '/')", name));
     for (const auto& [key, value] : *table)
       if (key.str() != "name" && key.str() != "set")
-        throw InputError(fmt::format("{}: unknown key '{}' in variant '{}' (name, set)", name, key.str(), *variant_name));
+        throw InputError(
+            fmt::format("{}: unknown key '{}' in variant '{}' (name, set)", name, key.str(), *variant_name));
     if (!names.insert(*variant_name).second)
       throw InputError(fmt::format("{}: two variants are named '{}'", name, *variant_name));
     spec.variants.push_back(

@@ -19,18 +19,18 @@ struct SweepVariant {
 };
 
 struct SweepSpec {
-  std::filesystem::path file;         // the sweep file (relative paths in it are relative to its folder)
+  std::filesystem::path file;  // the sweep file (relative paths in it are relative to its folder)
   std::filesystem::path base_config;
-  std::filesystem::path out_dir;       // default: runs/sweeps/<file stem>
-  std::vector<int64_t> seeds;          // run.seed (weights) of seed index i
-  std::vector<int64_t> data_seeds;     // data.seed (data order) of seed index i; same length as seeds
+  std::filesystem::path out_dir;    // default: runs/sweeps/<file stem>
+  std::vector<int64_t> seeds;       // run.seed (weights) of seed index i
+  std::vector<int64_t> data_seeds;  // data.seed (data order) of seed index i; same length as seeds
   BudgetKind budget = BudgetKind::steps;
   double budget_amount = 0;            // steps, tokens or training FLOPs per run
   std::vector<std::string> metrics;    // tags compared at each run's last step (val/loss, ...)
   std::vector<std::string> common;     // overrides every variant starts from ([sweep] set)
   std::vector<SweepVariant> variants;  // the first is the baseline unless `baseline` names another
   std::string baseline;
-  double alpha = 0.05;                 // family-wise level of the corrected tests
+  double alpha = 0.05;  // family-wise level of the corrected tests
 };
 
 // Reads a sweep file; an unknown key, a missing [sweep] key, duplicate variant names, seed lists of different

@@ -46,8 +46,9 @@ std::vector<MetricReport> sweep_report(const SweepSpec& spec, const std::vector<
     for (auto& v : report.variants) {
       if (v.variant == spec.baseline) continue;
       v.versus_baseline = paired_t_test(v.values, baseline.values);
-      v.minimum_detectable_effect = minimum_detectable_effect(
-          v.versus_baseline->sd_difference, v.versus_baseline->n, spec.alpha / static_cast<double>(std::max<size_t>(tests, 1)));
+      v.minimum_detectable_effect =
+          minimum_detectable_effect(v.versus_baseline->sd_difference, v.versus_baseline->n,
+                                    spec.alpha / static_cast<double>(std::max<size_t>(tests, 1)));
       p.push_back(v.versus_baseline->p);
     }
     const auto by_bonferroni = bonferroni(p), by_holm = holm(p);
@@ -65,10 +66,11 @@ std::vector<MetricReport> sweep_report(const SweepSpec& spec, const std::vector<
 std::string report_markdown(const SweepSpec& spec, const std::vector<MetricReport>& reports) {
   std::string out;
   for (const auto& report : reports) {
-    out += fmt::format("### {} ({} seeds; baseline {}; noise floor: baseline sd over seeds {:.4f})\n\n",
-                       report.metric, spec.seeds.size(), spec.baseline, report.baseline_seed_sd);
-    out += "| variant | mean | sd | 95% CI | diff vs baseline | 95% CI of diff | t | p | p Bonferroni | p Holm | "
-           "MDE |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+    out += fmt::format("### {} ({} seeds; baseline {}; noise floor: baseline sd over seeds {:.4f})\n\n", report.metric,
+                       spec.seeds.size(), spec.baseline, report.baseline_seed_sd);
+    out +=
+        "| variant | mean | sd | 95% CI | diff vs baseline | 95% CI of diff | t | p | p Bonferroni | p Holm | "
+        "MDE |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     for (const auto& v : report.variants) {
       out += fmt::format("| {} | {:.4f} | {:.4f} | [{:.4f}, {:.4f}] |", v.variant, v.summary.mean, v.summary.sd,
                          v.summary.ci_low, v.summary.ci_high);
@@ -79,29 +81,40 @@ std::string report_markdown(const SweepSpec& spec, const std::vector<MetricRepor
       const auto& t = *v.versus_baseline;
       const bool beyond = v.p_holm < spec.alpha;
       out += fmt::format(" {:+.4f}{} | [{:+.4f}, {:+.4f}] | {:.2f} | {:.3g} | {:.3g} | {:.3g} | {:.4f} |\n",
-                         t.mean_difference, beyond ? " *" : "", t.ci_low, t.ci_high, t.t, t.p, v.p_bonferroni,
-                         v.p_holm, v.minimum_detectable_effect);
+                         t.mean_difference, beyond ? " *" : "", t.ci_low, t.ci_high, t.t, t.p, v.p_bonferroni, v.p_holm,
+                         v.minimum_detectable_effect);
     }
-    out += fmt::format("\n`*`: beyond the noise floor (Holm-corrected p < {}). MDE: the smallest true difference a "
-                       "paired test at the corrected level detects with power 0.8, from the measured spread.\n\n",
-                       spec.alpha);
+    out += fmt::format(
+        "\n`*`: beyond the noise floor (Holm-corrected p < {}). MDE: the smallest true difference a "
+        "paired test at the corrected level detects with power 0.8, from the measured spread.\n\n",
+        spec.alpha);
   }
   return out;
 }
 
 nlohmann::json report_json(const SweepSpec& spec, const std::vector<MetricReport>& reports) {
-  nlohmann::json out = {{"baseline", spec.baseline}, {"alpha", spec.alpha}, {"seeds", spec.seeds},
-                        {"data_seeds", spec.data_seeds}, {"metrics", nlohmann::json::object()}};
+  nlohmann::json out = {{"baseline", spec.baseline},
+                        {"alpha", spec.alpha},
+                        {"seeds", spec.seeds},
+                        {"data_seeds", spec.data_seeds},
+                        {"metrics", nlohmann::json::object()}};
   for (const auto& report : reports) {
     nlohmann::json variants = nlohmann::json::array();
     for (const auto& v : report.variants) {
-      nlohmann::json entry = {{"variant", v.variant}, {"values", v.values}, {"mean", v.summary.mean},
-                              {"sd", v.summary.sd}, {"ci95", {v.summary.ci_low, v.summary.ci_high}}};
+      nlohmann::json entry = {{"variant", v.variant},
+                              {"values", v.values},
+                              {"mean", v.summary.mean},
+                              {"sd", v.summary.sd},
+                              {"ci95", {v.summary.ci_low, v.summary.ci_high}}};
       if (v.versus_baseline) {
         const auto& t = *v.versus_baseline;
-        entry["versus_baseline"] = {{"mean_difference", t.mean_difference}, {"sd_difference", t.sd_difference},
-                                    {"ci95", {t.ci_low, t.ci_high}}, {"t", t.t}, {"p", t.p},
-                                    {"p_bonferroni", v.p_bonferroni}, {"p_holm", v.p_holm},
+        entry["versus_baseline"] = {{"mean_difference", t.mean_difference},
+                                    {"sd_difference", t.sd_difference},
+                                    {"ci95", {t.ci_low, t.ci_high}},
+                                    {"t", t.t},
+                                    {"p", t.p},
+                                    {"p_bonferroni", v.p_bonferroni},
+                                    {"p_holm", v.p_holm},
                                     {"minimum_detectable_effect", v.minimum_detectable_effect}};
       }
       variants.push_back(entry);

@@ -3,11 +3,10 @@
 // Bonferroni and Holm corrections over the variants, and the minimum detectable effect (docs/sweeps.md).
 #pragma once
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "sweep/statistics.h"
 #include "sweep/sweep_plan.h"

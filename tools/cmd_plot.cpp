@@ -1,6 +1,6 @@
 // `inkstone plot RUN [RUN ...] (--metric TAG ... | --rl) --out FIG.png|svg [--x steps|tokens|time] [--smooth W]
-//  [--log-y] [--columns C] [--width PX]` or `inkstone plot RUN ... --list`: the runs' metrics on shared axes, one panel per metric
-// (docs/observability.md, "Plots").
+//  [--log-y] [--columns C] [--width PX]` or `inkstone plot RUN ... --list`: the runs' metrics on shared axes, one
+// panel per metric (docs/observability.md, "Plots").
 #include <fmt/format.h>
 
 #include "core/errors.h"
@@ -31,7 +31,9 @@ std::vector<std::string> rl_metrics(const std::vector<std::string>& runs) {
   int largest_k = 1;
   for (const auto& run : runs)
     for (const auto& tag : run_tags(run))
-      if (tag.rfind("eval/pass@", 0) == 0) largest_k = std::max(largest_k, std::stoi(tag.substr(10)));
+      if (tag.rfind("eval/pass@", 0) == 0 && tag.size() > 10 &&
+          tag.find_first_not_of("0123456789", 10) == std::string::npos)
+        largest_k = std::max(largest_k, std::stoi(tag.substr(10)));
   if (largest_k > 1) metrics.push_back(fmt::format("eval/pass@{}", largest_k));
   for (const char* tag : {"train/entropy", "train/kl_old_ref_k3", "train/saturated_push_up",
                           "train/saturated_push_down", "train/response_length_mean"})
@@ -63,8 +65,10 @@ int plot(const PlotOptions& o) {
   // A metric no run logged is named and left out (GRPO logs no flow gaps); none at all is an error.
   std::vector<ChartPanel> drawn;
   for (auto& panel : panels) {
-    if (!panel.series.empty()) drawn.push_back(std::move(panel));
-    else fmt::print(stderr, "plot: no run logged '{}'; left out\n", panel.title);
+    if (!panel.series.empty())
+      drawn.push_back(std::move(panel));
+    else
+      fmt::print(stderr, "plot: no run logged '{}'; left out\n", panel.title);
   }
   if (drawn.empty()) throw InputError("plot: none of the metrics is in these runs (tags: `inkstone plot --list RUN`)");
 
@@ -87,13 +91,15 @@ void add_plot_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("plot", "Draw runs' metrics on shared axes (PNG or SVG)");
   cmd->add_option("runs", o->runs, "Run folders (their metrics.jsonl)")->required()->check(CLI::ExistingDirectory);
   cmd->add_option("--metric", o->metrics, "A metric tag, e.g. train/loss, val/loss, eval/pass@1 (repeatable)");
-  cmd->add_flag("--rl", o->rl, "The RL panel: reward, accuracy, pass@1 and pass@k, entropy, KL, flow-gap "
-                               "saturation per side, response length");
+  cmd->add_flag("--rl", o->rl,
+                "The RL panel: reward, accuracy, pass@1 and pass@k, entropy, KL, flow-gap "
+                "saturation per side, response length");
   cmd->add_flag("--list", o->list, "Print the metric tags of each run instead of drawing");
   cmd->add_option("--out", o->out, "Figure file: .png or .svg");
   cmd->add_option("--x", o->x, "x axis: steps | tokens | time")->check(CLI::IsMember({"steps", "tokens", "time"}));
-  cmd->add_option("--smooth", o->smoothing, "Exponential smoothing weight in [0, 1) (TensorBoard's); raw curve "
-                                            "drawn faintly behind")
+  cmd->add_option("--smooth", o->smoothing,
+                  "Exponential smoothing weight in [0, 1) (TensorBoard's); raw curve "
+                  "drawn faintly behind")
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_flag("--log-y", o->log_y, "Logarithmic y axis");
   cmd->add_option("--columns", o->columns, "Panels per row (default: up to 3)")->check(CLI::Range(1, 12));

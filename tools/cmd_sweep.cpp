@@ -1,13 +1,12 @@
 // `inkstone sweep SWEEP.toml [--jobs N] [--dry-run] [--report-only]`: every (variant, seed) of a sweep trained
 // as its own `inkstone train` process, resumably, then the noise-floor report (docs/sweeps.md).
 #include <fcntl.h>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <fmt/format.h>
-#include <fmt/ranges.h>
 
 #include <cstring>
 #include <map>
@@ -52,7 +51,8 @@ int64_t checkpointed_step(const SweepRun& run) {
     ::dup2(log, STDOUT_FILENO);
     ::dup2(log, STDERR_FILENO);
   }
-  std::vector<std::string> args = {self.string(), "train", spec.base_config.string(), "--run-dir", run.run_dir.string()};
+  std::vector<std::string> args = {self.string(), "train", spec.base_config.string(), "--run-dir",
+                                   run.run_dir.string()};
   for (const auto& o : run.overrides) {
     args.push_back("--set");
     args.push_back(o);

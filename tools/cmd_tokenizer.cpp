@@ -134,7 +134,8 @@ void add_tokenizer_command(CLI::App& app, Action& action) {
   decode_cmd->callback([&action, spec, ids] { action = [spec, ids] { return run_decode(*spec, *ids); }; });
 
   auto files = std::make_shared<std::vector<std::string>>();
-  auto* stats_cmd = cmd->add_subcommand("stats", "Compression, fertility, UTF-8 character splits, digit alignment, line breaks");
+  auto* stats_cmd =
+      cmd->add_subcommand("stats", "Compression, fertility, UTF-8 character splits, digit alignment, line breaks");
   stats_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
   stats_cmd->add_option("files", *files, "Text files")->required();
   stats_cmd->callback([&action, spec, files] { action = [spec, files] { return run_stats(*spec, *files); }; });

@@ -1,7 +1,7 @@
 #include "train/metric_tags.h"
 
-#include <array>
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <string_view>
 
@@ -10,8 +10,8 @@ namespace {
 
 constexpr std::array<std::string_view, 4> kPlacingKeys = {"step", "split", "event", "samples"};
 constexpr std::array<std::string_view, 7> kSystemKeys = {
-    "peak_rss_mib", "cpu_max_allocated_mib", "cuda_max_allocated_mib", "cuda_reserved_mib",
-    "elapsed_s",    "tflops_per_s",          "mfu"};
+    "peak_rss_mib", "cpu_max_allocated_mib", "cuda_max_allocated_mib", "cuda_reserved_mib", "elapsed_s", "tflops_per_s",
+    "mfu"};
 
 bool ends_with(std::string_view text, std::string_view suffix) {
   return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
@@ -25,10 +25,14 @@ bool numeric(const nlohmann::json& value, double& out) {
   }
   if (!value.is_string()) return false;
   const auto& text = value.get_ref<const std::string&>();
-  if (text == "nan") out = std::nan("");
-  else if (text == "inf") out = INFINITY;
-  else if (text == "-inf") out = -INFINITY;
-  else return false;
+  if (text == "nan")
+    out = std::nan("");
+  else if (text == "inf")
+    out = INFINITY;
+  else if (text == "-inf")
+    out = -INFINITY;
+  else
+    return false;
   return true;
 }
 
@@ -41,8 +45,8 @@ std::string metric_tag(const nlohmann::json& line, const std::string& key) {
   if (line.contains("event") && line["event"].is_string()) return line["event"].get<std::string>() + "/" + key;
   if (std::find(kSystemKeys.begin(), kSystemKeys.end(), key) != kSystemKeys.end() || ends_with(key, "_per_s"))
     return "system/" + key;
-  const std::string split = line.contains("split") && line["split"].is_string() ? line["split"].get<std::string>()
-                                                                                : "train";
+  const std::string split =
+      line.contains("split") && line["split"].is_string() ? line["split"].get<std::string>() : "train";
   return split + "/" + key;
 }
 

@@ -2,10 +2,9 @@
 // (train/loss, val/loss, eval/pass@1), "system/<metric>" for memory, speed and time, "<event>/<metric>" for an
 // event line (skipped_spike/loss_z). docs/observability.md lists them.
 #pragma once
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace inkstone {
 

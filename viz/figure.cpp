@@ -12,15 +12,15 @@ namespace inkstone {
 namespace {
 
 constexpr std::array<std::array<double, 3>, 10> kColours = {{{0.12, 0.47, 0.71},
-                                                              {1.00, 0.50, 0.05},
-                                                              {0.17, 0.63, 0.17},
-                                                              {0.84, 0.15, 0.16},
-                                                              {0.58, 0.40, 0.74},
-                                                              {0.55, 0.34, 0.29},
-                                                              {0.89, 0.47, 0.76},
-                                                              {0.50, 0.50, 0.50},
-                                                              {0.74, 0.74, 0.13},
-                                                              {0.09, 0.75, 0.81}}};
+                                                             {1.00, 0.50, 0.05},
+                                                             {0.17, 0.63, 0.17},
+                                                             {0.84, 0.15, 0.16},
+                                                             {0.58, 0.40, 0.74},
+                                                             {0.55, 0.34, 0.29},
+                                                             {0.89, 0.47, 0.76},
+                                                             {0.50, 0.50, 0.50},
+                                                             {0.74, 0.74, 0.13},
+                                                             {0.09, 0.75, 0.81}}};
 
 cairo_status_t append_to_string(void* closure, const unsigned char* data, unsigned int length) {
   static_cast<std::string*>(closure)->append(reinterpret_cast<const char*>(data), length);
@@ -85,9 +85,7 @@ std::vector<double> nice_ticks(double low, double high, int target) {
     }
   // k * factor scaled by the power of ten last, dividing for negative exponents: 3 * 2 / 10 is 0.6 exactly, where
   // 3 * 0.2 is not.
-  auto tick = [&](double k) {
-    return exponent < 0 ? k * factor / std::pow(10.0, -exponent) : k * factor * magnitude;
-  };
+  auto tick = [&](double k) { return exponent < 0 ? k * factor / std::pow(10.0, -exponent) : k * factor * magnitude; };
   const double step = factor * magnitude;
   for (double k = std::ceil(low / step - 1e-9); tick(k) <= high + step * 1e-9; k += 1) ticks.push_back(tick(k) + 0.0);
   return ticks;

@@ -40,8 +40,12 @@ struct Range {
 class PanelPainter {
  public:
   PanelPainter(cairo_t* cr, const ChartStyle& style, double left, double top, double width, double height)
-      : cr_(cr), style_(style), left_(left + kMarginLeft), top_(top + kMarginTop),
-        width_(width - kMarginLeft - kMarginRight), height_(height - kMarginTop - kMarginBottom) {}
+      : cr_(cr),
+        style_(style),
+        left_(left + kMarginLeft),
+        top_(top + kMarginTop),
+        width_(width - kMarginLeft - kMarginRight),
+        height_(height - kMarginTop - kMarginBottom) {}
 
   // Returns the number of curves drawn.
   int paint(const ChartPanel& panel, const std::map<std::string, size_t>& colour_of_run) {
@@ -124,8 +128,10 @@ class PanelPainter {
     cairo_set_line_join(cr_, CAIRO_LINE_JOIN_ROUND);
     for (size_t i = 0; i < x.size(); ++i) {
       const double v = style_.log_y ? std::log10(y[i]) : y[i];
-      if (i == 0) cairo_move_to(cr_, px(x[i]), py(v));
-      else cairo_line_to(cr_, px(x[i]), py(v));
+      if (i == 0)
+        cairo_move_to(cr_, px(x[i]), py(v));
+      else
+        cairo_line_to(cr_, px(x[i]), py(v));
     }
     if (x.size() == 1) {  // a single point (one eval) as a dot
       cairo_arc(cr_, px(x[0]), py(style_.log_y ? std::log10(y[0]) : y[0]), 2.5, 0, 2 * M_PI);

@@ -15,9 +15,9 @@ struct ChartPanel {
 };
 
 struct ChartStyle {
-  int width = 1200;   // pixels (PNG) or points (SVG) of the whole figure
-  int height = 0;     // 0: 360 per row of panels
-  int columns = 0;    // 0: up to 3
+  int width = 1200;  // pixels (PNG) or points (SVG) of the whole figure
+  int height = 0;    // 0: 360 per row of panels
+  int columns = 0;   // 0: up to 3
   std::string x_label = "step";
   bool log_y = false;
   double smoothing = 0;  // weight of smooth() in run_series.h; the raw curve is drawn faintly behind

@@ -5,9 +5,8 @@
 #include <cmath>
 #include <fstream>
 #include <map>
-#include <set>
-
 #include <nlohmann/json.hpp>
+#include <set>
 
 #include "core/errors.h"
 #include "core/input_file.h"
@@ -24,9 +23,12 @@ XAxis x_axis_from_name(const std::string& name) {
 
 std::string x_axis_label(XAxis axis) {
   switch (axis) {
-    case XAxis::steps: return "step";
-    case XAxis::tokens: return "tokens";
-    case XAxis::time: return "wall time (s)";
+    case XAxis::steps:
+      return "step";
+    case XAxis::tokens:
+      return "tokens";
+    case XAxis::time:
+      return "wall time (s)";
   }
   return "";
 }
@@ -42,8 +44,8 @@ std::vector<nlohmann::json> read_lines(const std::filesystem::path& path) {
     if (text.empty()) continue;
     nlohmann::json line = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
     if (!line.is_object() || !line.contains("step") || !line["step"].is_number_integer())
-      throw InputError(fmt::format("{}:{}: not a metrics record (a JSON object with an integer step)", path.string(),
-                                   number));
+      throw InputError(
+          fmt::format("{}:{}: not a metrics record (a JSON object with an integer step)", path.string(), number));
     lines.push_back(std::move(line));
   }
   return lines;
@@ -67,8 +69,8 @@ std::vector<Series> read_run_series(const std::filesystem::path& run_dir, const 
     if (line.contains("tokens_seen") && line["tokens_seen"].is_number())
       tokens_at_step[line["step"].get<int64_t>()] = line["tokens_seen"].get<double>();
   if (x == XAxis::tokens && tokens_at_step.empty())
-    throw InputError(fmt::format("{}: no tokens_seen in its lines (an RL run?); plot it against --x steps or time",
-                                 path.string()));
+    throw InputError(
+        fmt::format("{}: no tokens_seen in its lines (an RL run?); plot it against --x steps or time", path.string()));
 
   auto x_of = [&](const nlohmann::json& line, double& out) {
     const int64_t step = line["step"].get<int64_t>();

@@ -106,7 +106,8 @@ std::vector<Event> read_event_file(const std::filesystem::path& path, uint64_t* 
   };
   while (all.size() - at >= kHeaderBytes) {
     const std::string_view length_bytes = all.substr(at, 8);
-    if (read_little_endian(all.substr(at + 8, 4)) != masked_crc32c(length_bytes)) fail("record length checksum mismatch");
+    if (read_little_endian(all.substr(at + 8, 4)) != masked_crc32c(length_bytes))
+      fail("record length checksum mismatch");
     const uint64_t length = read_little_endian(length_bytes);
     if (all.size() - at - kHeaderBytes < length + kFooterBytes) break;  // cut short by a kill
     const std::string_view payload = all.substr(at + kHeaderBytes, length);

@@ -25,7 +25,7 @@ struct Event {
   double wall_time = 0;
   int64_t step = 0;
   std::string file_version;
-  std::vector<std::pair<std::string, float>> scalars;    // tag, value
+  std::vector<std::pair<std::string, float>> scalars;      // tag, value
   std::vector<std::pair<std::string, std::string>> texts;  // tag, text
 };
 

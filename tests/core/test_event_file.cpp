@@ -36,6 +36,27 @@ TEST(EventFile, RecordIsLengthChecksumPayloadChecksum) {
   EXPECT_EQ(record.substr(21, 4), std::string("\xe5\xb0\x8a\xc7", 4));  // 0xc78ab0e5, little endian
 }
 
+// The golden file was written by TensorBoard's own record writer and protobuf classes
+// (tests/core/make_tensorboard_golden.py): inkstone reads it, and encodes the same events to the same bytes.
+TEST(EventFile, MatchesAFileWrittenByTensorBoardByteForByte) {
+  const auto golden = testing::source_dir() / "tests" / "core" / "fixtures" / "tensorboard_golden.tfevents";
+  const std::vector<Event> expected = {{1.0, 0, "brain.Event:2", {}, {}},
+                                       {1.5, 3, "", {{"train/loss", 2.25f}, {"system/mfu", 0.5f}}, {}},
+                                       {2.5, 4, "", {}, {{"samples/0", "    the cat\n"}}}};
+  const auto events = read_event_file(golden);
+  ASSERT_EQ(events.size(), expected.size());
+  std::string encoded;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].wall_time, expected[i].wall_time) << i;
+    EXPECT_EQ(events[i].step, expected[i].step) << i;
+    EXPECT_EQ(events[i].file_version, expected[i].file_version) << i;
+    EXPECT_EQ(events[i].scalars, expected[i].scalars) << i;
+    EXPECT_EQ(events[i].texts, expected[i].texts) << i;
+    encoded += frame_record(serialize_event(expected[i]));
+  }
+  EXPECT_EQ(encoded, bytes_of(golden));
+}
+
 TEST(EventFile, EventsRoundTripThroughTheWriterAndReader) {
   const auto dir = testing::temp_dir("event_file_round_trip");
   {
@@ -100,7 +121,7 @@ TEST(EventFile, ACorruptRecordIsRefusedNamingFileAndOffset) {
   const auto path = *find_event_file(dir);
   std::string bytes = bytes_of(path);
   const size_t header = 8 + 4 + static_cast<unsigned char>(bytes[0]) + 4;  // the first record, under 256 bytes
-  bytes[bytes.size() - 6] ^= 0x40;  // a payload byte of the second record
+  bytes[bytes.size() - 6] ^= 0x40;                                         // a payload byte of the second record
   std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
   try {
     read_event_file(path);

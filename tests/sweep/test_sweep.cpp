@@ -1,10 +1,9 @@
 // Sweeps (sweep/, tools/cmd_sweep.cpp): the sweep file's checks, iso-token and iso-FLOP step budgets from the
 // model's own FLOP count, and a sweep that, killed or rerun, keeps its finished runs and reports on all of them.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
-
-#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "dataset/byte_tokenizer.h"
@@ -70,7 +69,8 @@ TEST_F(Sweeps, TokenAndFlopBudgetsGiveEachVariantItsSteps) {
   Config wide = plain;
   apply_override(wide, "model.d_model=64");
   auto training_flops = [](const Config& config) {
-    return 3 * build_language_model(config.model, ByteTokenizer().vocab_size())->forward_flops_per_token(config.data.seq_len);
+    return 3 * build_language_model(config.model, ByteTokenizer().vocab_size())
+                   ->forward_flops_per_token(config.data.seq_len);
   };
   const double plain_step_flops = 4 * 16 * training_flops(plain);
   const double wide_step_flops = 4 * 16 * training_flops(wide);
@@ -81,16 +81,16 @@ TEST_F(Sweeps, TokenAndFlopBudgetsGiveEachVariantItsSteps) {
 
   const auto by_flops = plan_sweep(
       load_sweep(write_sweep("flops.toml", fmt::format("[sweep]\nbase = \"base.toml\"\nseeds = [1, 2]\nflops = {}\n",
-                                                       10.5 * plain_step_flops) + variants)),
+                                                       10.5 * plain_step_flops) +
+                                               variants)),
       training_flops);
   ASSERT_EQ(by_flops.size(), 6u);
   EXPECT_EQ(by_flops[0].steps, 10);
   EXPECT_EQ(by_flops[2].steps, static_cast<int64_t>(10.5 * plain_step_flops / wide_step_flops));
   EXPECT_EQ(by_flops[4].steps, 5);  // twice the tokens per step at the same cost per token
   EXPECT_EQ(by_flops[3].run_dir, fs::path("runs") / "sweeps" / "flops" / "wide" / "seed-1");
-  EXPECT_EQ(by_flops[3].overrides,
-            (std::vector<std::string>{"model.d_model=64", "run.seed=2", "data.seed=2", "train.steps=" +
-                                                                                         std::to_string(by_flops[3].steps)}));
+  EXPECT_EQ(by_flops[3].overrides, (std::vector<std::string>{"model.d_model=64", "run.seed=2", "data.seed=2",
+                                                             "train.steps=" + std::to_string(by_flops[3].steps)}));
 
   const auto by_tokens = plan_sweep(
       load_sweep(write_sweep("tokens.toml", "[sweep]\nbase = \"base.toml\"\nseeds = [1]\ntokens = 640\n" + variants)),
@@ -118,10 +118,11 @@ TEST(SweepExamples, EverySweepInConfigsPlans) {
 TEST_F(Sweeps, ARerunSweepKeepsFinishedRunsAndReports) {
   const auto out = *dir_ / "out";
   const auto path = write_sweep(
-      "pair.toml", "[sweep]\nbase = \"base.toml\"\nout = \"" + out.string() +
-                       "\"\nseeds = [1, 2]\ndata_seeds = [7, 8]\nsteps = 3\nmetrics = [\"val/loss\", \"train/loss\"]\n"
-                       "set = [\"optim.weight_decay=0.05\"]\n"
-                       "[[variant]]\nname = \"plain\"\n[[variant]]\nname = \"lr_high\"\nset = [\"optim.learning_rate=1e-2\"]\n");
+      "pair.toml",
+      "[sweep]\nbase = \"base.toml\"\nout = \"" + out.string() +
+          "\"\nseeds = [1, 2]\ndata_seeds = [7, 8]\nsteps = 3\nmetrics = [\"val/loss\", \"train/loss\"]\n"
+          "set = [\"optim.weight_decay=0.05\"]\n"
+          "[[variant]]\nname = \"plain\"\n[[variant]]\nname = \"lr_high\"\nset = [\"optim.learning_rate=1e-2\"]\n");
   const auto first = testing::run_cli({"sweep", path.string(), "--jobs", "2"});
   ASSERT_EQ(first.exit_code, 0) << first.output;
   EXPECT_TRUE(fs::exists(out / "report.png"));
@@ -134,7 +135,8 @@ TEST_F(Sweeps, ARerunSweepKeepsFinishedRunsAndReports) {
   EXPECT_TRUE(variants[1].contains("versus_baseline"));
   EXPECT_NEAR(variants[1]["versus_baseline"]["mean_difference"].get<double>(),
               (variants[1]["values"][0].get<double>() - variants[0]["values"][0].get<double>() +
-               variants[1]["values"][1].get<double>() - variants[0]["values"][1].get<double>()) / 2,
+               variants[1]["values"][1].get<double>() - variants[0]["values"][1].get<double>()) /
+                  2,
               1e-12);
   const Config second = load_config((out / "lr_high" / "seed-1" / "config.toml").string());
   EXPECT_EQ(second.data.seed, 8);

@@ -5,7 +5,6 @@
 
 #include <fstream>
 #include <map>
-
 #include <nlohmann/json.hpp>
 
 #include "core/event_file_writer.h"
@@ -62,8 +61,8 @@ class ObservedRun : public ::testing::Test {
                             << "[sample]\nmax_new_tokens = 6\n"
                             << "[metrics]\ntensorboard = true\nsample_interval = 2\n"
                             << "sample_prompts = [\"the cat\", \"a mat\"]\npeak_tflops = 0.001\n";
-    straight_output_ = new std::string(
-        run_cli({"train", config_->string(), "--run-dir", (*dir_ / "straight").string()}).output);
+    straight_output_ =
+        new std::string(run_cli({"train", config_->string(), "--run-dir", (*dir_ / "straight").string()}).output);
   }
   static void TearDownTestSuite() {
     fs::remove_all(*dir_);
@@ -122,7 +121,8 @@ TEST_F(ObservedRun, AResumedRunLogsAndSamplesAsTheUninterruptedOne) {
     const auto file = *tensorboard::find_event_file(run);
     std::ofstream out(file, std::ios::binary | std::ios::app);
     out << tensorboard::frame_record(tensorboard::serialize_event({0, 5, "", {{"train/loss", 99.0f}}, {}}));
-    out << tensorboard::frame_record(tensorboard::serialize_event({0, 6, "", {{"train/loss", 98.0f}}, {}})).substr(0, 9);
+    out << tensorboard::frame_record(tensorboard::serialize_event({0, 6, "", {{"train/loss", 98.0f}}, {}}))
+               .substr(0, 9);
   }
   const auto resumed = run_cli({"train", config_->string(), "--run-dir", run.string(), "--resume"});
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
@@ -143,7 +143,8 @@ TEST_F(ObservedRun, TensorBoardReadsTheEventFile) {
     GTEST_SKIP() << "no .venv with tensorboard (make setup-python)";
   const fs::path run = *dir_ / "straight";
   const auto read = testing::run_command(
-      {python.string(), (testing::source_dir() / "tests" / "tools" / "check_with_tensorboard.py").string(), run.string()});
+      {python.string(), (testing::source_dir() / "tests" / "tools" / "check_with_tensorboard.py").string(),
+       run.string()});
   ASSERT_EQ(read.exit_code, 0) << read.output;
   const auto found = nlohmann::json::parse(read.output.substr(read.output.find('{')));
   const EventView events = read_events(run);
@@ -165,14 +166,14 @@ TEST_F(ObservedRun, TensorBoardReadsTheEventFile) {
 TEST_F(ObservedRun, PlotDrawsTheRunsAndRefusesBadRequests) {
   const std::string straight = (*dir_ / "straight").string();
   const std::string figure = (*dir_ / "loss.png").string();
-  const auto drawn = run_cli({"plot", straight, straight, "--metric", "train/loss", "--metric", "val/loss",
-                              "--metric", "system/mfu", "--x", "tokens", "--smooth", "0.5", "--out", figure});
+  const auto drawn = run_cli({"plot", straight, straight, "--metric", "train/loss", "--metric", "val/loss", "--metric",
+                              "system/mfu", "--x", "tokens", "--smooth", "0.5", "--out", figure});
   EXPECT_EQ(drawn.exit_code, 0) << drawn.output;
   EXPECT_NE(drawn.output.find("3 panels, 6 curves, 1200x394"), std::string::npos) << drawn.output;
   EXPECT_TRUE(fs::exists(figure));
 
-  const auto missing = run_cli({"plot", straight, "--metric", "train/loss", "--metric", "eval/pass@1", "--out",
-                                (*dir_ / "f.svg").string()});
+  const auto missing = run_cli(
+      {"plot", straight, "--metric", "train/loss", "--metric", "eval/pass@1", "--out", (*dir_ / "f.svg").string()});
   EXPECT_EQ(missing.exit_code, 0) << missing.output;
   EXPECT_NE(missing.output.find("no run logged 'eval/pass@1'; left out"), std::string::npos) << missing.output;
 
@@ -196,7 +197,7 @@ TEST(PlotRl, TheRlPanelDrawsWhatTheRunsLogged) {
     fs::create_directories(dir / run);
     std::ofstream out(dir / run / "metrics.jsonl");
     for (int step = 1; step <= 3; ++step) {
-      nlohmann::json line = {{"step", step},        {"split", "train"},    {"reward_mean", 0.1 * step},
+      nlohmann::json line = {{"step", step},           {"split", "train"},      {"reward_mean", 0.1 * step},
                              {"accuracy", 0.1 * step}, {"entropy", 1.0 / step}, {"response_length_mean", 20 + step}};
       if (run == "gflowrl") {
         line["saturated_push_up"] = 0.01 * step;
@@ -207,8 +208,8 @@ TEST(PlotRl, TheRlPanelDrawsWhatTheRunsLogged) {
           << "\n";
     }
   }
-  const auto drawn = run_cli({"plot", (dir / "gflowrl").string(), (dir / "grpo").string(), "--rl", "--out",
-                              (dir / "rl.svg").string()});
+  const auto drawn = run_cli(
+      {"plot", (dir / "gflowrl").string(), (dir / "grpo").string(), "--rl", "--out", (dir / "rl.svg").string()});
   EXPECT_EQ(drawn.exit_code, 0) << drawn.output;
   // reward, accuracy, pass@1, pass@8, entropy, push up, push down, length: 8 panels, 2 + 2 + 2 + 2 + 2 + 1 + 1 + 2
   EXPECT_NE(drawn.output.find("8 panels, 14 curves"), std::string::npos) << drawn.output;

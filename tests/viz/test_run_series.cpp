@@ -25,23 +25,21 @@ fs::path write_run(const std::string& name, const std::string& lines) {
   return dir;
 }
 
-const char* kLines =
-    R"({"step":1,"split":"train","loss":4.0,"tokens_seen":100,"elapsed_s":0.5,"tokens_per_s":200})"
-    "\n"
-    R"({"step":2,"split":"train","loss":"nan","tokens_seen":200,"elapsed_s":1.0,"tokens_per_s":200})"
-    "\n"
-    R"({"step":2,"split":"val","loss":3.5,"elapsed_s":1.2})"
-    "\n"
-    R"({"step":3,"split":"train","loss":3.0,"tokens_seen":300,"elapsed_s":1.5,"precision":"fp32"})"
-    "\n"
-    R"({"step":3,"event":"skipped_spike","loss_z":7.5})"
-    "\n";
+const char* kLines = R"({"step":1,"split":"train","loss":4.0,"tokens_seen":100,"elapsed_s":0.5,"tokens_per_s":200})"
+                     "\n"
+                     R"({"step":2,"split":"train","loss":"nan","tokens_seen":200,"elapsed_s":1.0,"tokens_per_s":200})"
+                     "\n"
+                     R"({"step":2,"split":"val","loss":3.5,"elapsed_s":1.2})"
+                     "\n"
+                     R"({"step":3,"split":"train","loss":3.0,"tokens_seen":300,"elapsed_s":1.5,"precision":"fp32"})"
+                     "\n"
+                     R"({"step":3,"event":"skipped_spike","loss_z":7.5})"
+                     "\n";
 
 TEST(RunSeries, TagsSplitTheLinesAndSkipNonFiniteValues) {
   const auto run = write_run("tags", kLines);
-  EXPECT_EQ(run_tags(run), (std::vector<std::string>{"skipped_spike/loss_z", "system/elapsed_s",
-                                                     "system/tokens_per_s", "train/loss", "train/tokens_seen",
-                                                     "val/loss"}));
+  EXPECT_EQ(run_tags(run), (std::vector<std::string>{"skipped_spike/loss_z", "system/elapsed_s", "system/tokens_per_s",
+                                                     "train/loss", "train/tokens_seen", "val/loss"}));
   const auto series = read_run_series(run, {"train/loss", "val/loss", "absent/tag"}, XAxis::steps);
   ASSERT_EQ(series.size(), 2u);
   EXPECT_EQ(series[0].run, "tags");
@@ -58,9 +56,11 @@ TEST(RunSeries, TokensComeFromTheTrainLineOfTheStepAndTimeFromElapsed) {
   const auto by_time = read_run_series(run, {"val/loss"}, XAxis::time);
   EXPECT_EQ(by_time[0].x, (std::vector<double>{1.2}));
 
-  const auto rl = write_run("rl", R"({"step":1,"split":"train","reward_mean":0.5})" "\n");
-  EXPECT_NE(testing::input_error_of([&] { read_run_series(rl, {"train/reward_mean"}, XAxis::tokens); })
-                .find("no tokens_seen"),
+  const auto rl = write_run("rl", R"({"step":1,"split":"train","reward_mean":0.5})"
+                                  "\n");
+  EXPECT_NE(testing::input_error_of([&] {
+              read_run_series(rl, {"train/reward_mean"}, XAxis::tokens);
+            }).find("no tokens_seen"),
             std::string::npos);
   const auto bad = write_run("bad", "{\"step\":1}\nnot json\n");
   EXPECT_NE(testing::input_error_of([&] { run_tags(bad); }).find("metrics.jsonl:2: not a metrics record"),
@@ -93,8 +93,10 @@ uint32_t big_endian(const std::string& bytes, size_t at) {
 // A PNG's size sits in its IHDR chunk (bytes 16-23, big endian); an SVG states its own.
 TEST(LineChart, DrawsPngAndSvgOfTheAskedSize) {
   const auto a = write_run("run_a", kLines);
-  const auto b = write_run("run_b", R"({"step":1,"split":"train","loss":5.0})" "\n"
-                                    R"({"step":4,"split":"train","loss":2.0})" "\n");
+  const auto b = write_run("run_b", R"({"step":1,"split":"train","loss":5.0})"
+                                    "\n"
+                                    R"({"step":4,"split":"train","loss":2.0})"
+                                    "\n");
   std::vector<ChartPanel> panels = {{"train/loss", {}}, {"val/loss", {}}};
   for (const auto& run : {a, b})
     for (auto& s : read_run_series(run, {"train/loss", "val/loss"}, XAxis::steps))
@@ -122,20 +124,21 @@ TEST(LineChart, DrawsPngAndSvgOfTheAskedSize) {
 
   style.log_y = true;
   panels[0].series[0].y[0] = -1;
-  EXPECT_NE(testing::input_error_of([&] { draw_line_charts(panels, style, png); }).find("--log-y"),
-            std::string::npos);
-  EXPECT_NE(testing::input_error_of([&] { draw_line_charts(panels, ChartStyle{}, testing::temp_dir("viz_jpg") / "f.jpg"); })
-                .find("written as .png or .svg"),
+  EXPECT_NE(testing::input_error_of([&] { draw_line_charts(panels, style, png); }).find("--log-y"), std::string::npos);
+  EXPECT_NE(testing::input_error_of([&] {
+              draw_line_charts(panels, ChartStyle{}, testing::temp_dir("viz_jpg") / "f.jpg");
+            }).find("written as .png or .svg"),
             std::string::npos);
 }
 
 // A sweep's figure: one panel per metric, a row per variant, a dot per seed; its height follows the rows.
 TEST(IntervalChart, DrawsARowPerVariantAndADotPerSeed) {
-  const std::vector<IntervalPanel> panels = {
-      {"val/loss", {{"plain", {3.5, 3.6, 3.4}, 3.5, 3.25, 3.75, true, false},
-                    {"attnres", {3.3, 3.4, 3.35}, 3.35, 3.23, 3.47, false, true}}},
-      {"train/loss", {{"plain", {2.4, 2.5, 2.45}, 2.45, 2.33, 2.57, true, false},
-                      {"attnres", {2.4, 2.3, 2.35}, 2.35, 2.23, 2.47, false, false}}}};
+  const std::vector<IntervalPanel> panels = {{"val/loss",
+                                              {{"plain", {3.5, 3.6, 3.4}, 3.5, 3.25, 3.75, true, false},
+                                               {"attnres", {3.3, 3.4, 3.35}, 3.35, 3.23, 3.47, false, true}}},
+                                             {"train/loss",
+                                              {{"plain", {2.4, 2.5, 2.45}, 2.45, 2.33, 2.57, true, false},
+                                               {"attnres", {2.4, 2.3, 2.35}, 2.35, 2.23, 2.47, false, false}}}};
   const auto png = testing::temp_dir("viz_interval") / "report.png";
   const IntervalSummary summary = draw_interval_charts(panels, png, 900);
   EXPECT_EQ(summary.panels, 2);
