@@ -2,19 +2,17 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
+#include <map>
 
 #include "core/errors.h"
 #include "train/metric_tags.h"
 
 namespace inkstone {
 
-std::optional<double> final_metric(const std::filesystem::path& run_dir, const std::string& tag, int64_t step) {
-  std::ifstream in(run_dir / "metrics.jsonl");
+std::optional<double> final_metric(const std::vector<nlohmann::json>& lines, const std::string& tag, int64_t step) {
   std::optional<double> found;
-  for (std::string text; std::getline(in, text);) {
-    const auto line = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!line.is_object() || !line.contains("step") || line["step"] != step) continue;
+  for (const auto& line : lines) {
+    if (line["step"] != step) continue;
     for (const auto& [line_tag, value] : tagged_values(line))
       if (line_tag == tag) found = value;
   }
@@ -23,6 +21,10 @@ std::optional<double> final_metric(const std::filesystem::path& run_dir, const s
 
 std::vector<MetricReport> sweep_report(const SweepSpec& spec, const std::vector<SweepRun>& runs) {
   const size_t tests = spec.variants.size() - 1;
+  // Each run's lines, read once for all metrics; a run that never started has none.
+  std::map<std::filesystem::path, std::vector<nlohmann::json>> lines_of;
+  for (const auto& run : runs)
+    if (std::filesystem::exists(run.run_dir / "metrics.jsonl")) lines_of[run.run_dir] = read_metrics_lines(run.run_dir);
   std::vector<MetricReport> reports;
   for (const auto& metric : spec.metrics) {
     MetricReport report{metric, {}, 0};
@@ -30,7 +32,7 @@ std::vector<MetricReport> sweep_report(const SweepSpec& spec, const std::vector<
       VariantResult result{variant.name, {}, {}, std::nullopt, 1, 1, 0};
       for (const auto& run : runs) {
         if (run.variant != variant.name) continue;
-        const auto value = final_metric(run.run_dir, metric, run.steps);
+        const auto value = final_metric(lines_of[run.run_dir], metric, run.steps);
         if (!value)
           throw InputError(fmt::format("{}: no {} at step {} (run not finished, or not a metric of this run)",
                                        run.run_dir.string(), metric, run.steps));

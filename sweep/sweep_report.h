@@ -13,9 +13,9 @@
 
 namespace inkstone {
 
-// The value of `tag` on the last line of RUN/metrics.jsonl that holds it at step `step`; none when the run has
-// not logged it there (not finished, or the metric is not the run's).
-std::optional<double> final_metric(const std::filesystem::path& run_dir, const std::string& tag, int64_t step);
+// The value of `tag` on the last of a run's metrics lines (train/metric_tags.h) that holds it at step `step`;
+// none when the run has not logged it there (not finished, or the metric is not the run's).
+std::optional<double> final_metric(const std::vector<nlohmann::json>& lines, const std::string& tag, int64_t step);
 
 struct VariantResult {
   std::string variant;

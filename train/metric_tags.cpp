@@ -1,9 +1,15 @@
 #include "train/metric_tags.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <fstream>
 #include <string_view>
+
+#include "core/errors.h"
+#include "core/input_file.h"
 
 namespace inkstone {
 namespace {
@@ -48,6 +54,23 @@ std::string metric_tag(const nlohmann::json& line, const std::string& key) {
   const std::string split =
       line.contains("split") && line["split"].is_string() ? line["split"].get<std::string>() : "train";
   return split + "/" + key;
+}
+
+std::vector<nlohmann::json> read_metrics_lines(const std::filesystem::path& run_dir) {
+  const std::filesystem::path path = run_dir / "metrics.jsonl";
+  std::ifstream in = open_input_file(path.string(), "metrics file");
+  std::vector<nlohmann::json> lines;
+  int64_t number = 0;
+  for (std::string text; std::getline(in, text);) {
+    ++number;
+    if (text.empty()) continue;
+    nlohmann::json line = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    if (!line.is_object() || !line.contains("step") || !line["step"].is_number_integer())
+      throw InputError(
+          fmt::format("{}:{}: not a metrics record (a JSON object with an integer step)", path.string(), number));
+    lines.push_back(std::move(line));
+  }
+  return lines;
 }
 
 std::vector<std::pair<std::string, double>> tagged_values(const nlohmann::json& line) {

@@ -3,13 +3,11 @@
 #include <fmt/format.h>
 
 #include <cmath>
-#include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
 #include <set>
 
 #include "core/errors.h"
-#include "core/input_file.h"
 #include "train/metric_tags.h"
 
 namespace inkstone {
@@ -33,29 +31,9 @@ std::string x_axis_label(XAxis axis) {
   return "";
 }
 
-namespace {
-
-std::vector<nlohmann::json> read_lines(const std::filesystem::path& path) {
-  std::ifstream in = open_input_file(path.string(), "metrics file");
-  std::vector<nlohmann::json> lines;
-  int64_t number = 0;
-  for (std::string text; std::getline(in, text);) {
-    ++number;
-    if (text.empty()) continue;
-    nlohmann::json line = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
-    if (!line.is_object() || !line.contains("step") || !line["step"].is_number_integer())
-      throw InputError(
-          fmt::format("{}:{}: not a metrics record (a JSON object with an integer step)", path.string(), number));
-    lines.push_back(std::move(line));
-  }
-  return lines;
-}
-
-}  // namespace
-
 std::vector<std::string> run_tags(const std::filesystem::path& run_dir) {
   std::set<std::string> tags;
-  for (const auto& line : read_lines(run_dir / "metrics.jsonl"))
+  for (const auto& line : read_metrics_lines(run_dir))
     for (const auto& [tag, value] : tagged_values(line)) tags.insert(tag);
   return {tags.begin(), tags.end()};
 }
@@ -63,7 +41,7 @@ std::vector<std::string> run_tags(const std::filesystem::path& run_dir) {
 std::vector<Series> read_run_series(const std::filesystem::path& run_dir, const std::vector<std::string>& tags,
                                     XAxis x) {
   const std::filesystem::path path = run_dir / "metrics.jsonl";
-  const std::vector<nlohmann::json> lines = read_lines(path);
+  const std::vector<nlohmann::json> lines = read_metrics_lines(run_dir);
   std::map<int64_t, double> tokens_at_step;  // from the train lines
   for (const auto& line : lines)
     if (line.contains("tokens_seen") && line["tokens_seen"].is_number())
