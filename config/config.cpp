@@ -188,6 +188,28 @@ void apply_table(Config& config, const toml::table& root, const std::string& ori
 
 // A layer pattern (models/layer_pattern.h): letters (from `allowed` when given; the block patterns' letters are
 // the block registry's, models/block_registry.h), spaces ignored, tiled over n_layers.
+// Block diffusion feeds [x_0 | x_t] with a block-causal rule: every token mixer must be attention (a convolution
+// over time would carry x_t into x_0), the noise level cannot be one per sequence, and windows hold whole blocks.
+void check_block_diffusion(const Config& c) {
+  const auto& m = c.model;
+  const int64_t block = c.diffusion.block_size;
+  if (c.objective.name != "uniform_diffusion" && c.objective.name != "masked_diffusion")
+    throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective, not objective.name = '{}'",
+                                 block, c.objective.name));
+  if (c.data.seq_len % block != 0)
+    throw InputError(fmt::format("diffusion.block_size = {} must divide data.seq_len = {}", block, c.data.seq_len));
+  if (m.mixer_pattern.find_first_not_of('A') != std::string::npos || m.qkv_conv || m.hidden_streams > 1)
+    throw InputError(fmt::format("diffusion.block_size = {} needs attention-only token mixing (model.mixer_pattern "
+                                 "of 'A', no qkv_conv, one hidden stream)",
+                                 block));
+  if (m.time_conditioning)
+    throw InputError(fmt::format("diffusion.block_size = {} draws a t per block; it needs model.time_conditioning "
+                                 "= false",
+                                 block));
+  if (c.data.document_mask)
+    throw InputError(fmt::format("diffusion.block_size = {} does not combine with data.document_mask", block));
+}
+
 void check_layer_pattern(const char* key, const std::string& pattern, const std::string& allowed,
                          int64_t n_layers) {
   int64_t letters = 0;
@@ -262,9 +284,11 @@ void validate(const Config& c) {
   if (c.data.seq_len > m.max_seq_len)
     throw InputError(fmt::format("data.seq_len = {} exceeds model.max_seq_len = {}", c.data.seq_len,
                                  m.max_seq_len));
-  if (c.diffusion.per_token_t && m.time_conditioning)
-    throw InputError("diffusion.per_token_t needs model.time_conditioning = false: a time-conditioned model "
-                     "takes one noise level per sequence");
+  if (c.diffusion.time_mix > 0 && m.time_conditioning)
+    throw InputError(fmt::format("diffusion.time_mix = {} needs model.time_conditioning = false: a time-conditioned "
+                                 "model takes one noise level per sequence",
+                                 c.diffusion.time_mix));
+  if (c.diffusion.block_size > 0) check_block_diffusion(c);
   if (c.diffusion.log_snr_min >= c.diffusion.log_snr_max)
     throw InputError(fmt::format("diffusion.log_snr_min = {} must be below diffusion.log_snr_max = {}",
                                  c.diffusion.log_snr_min, c.diffusion.log_snr_max));
@@ -277,6 +301,17 @@ void validate(const Config& c) {
                      "penalty");
   // GFlowRL's asymmetric clipping: correct answers are under-sampled early, so raising them should be allowed the
   // larger step.
+  // Keys an objective would otherwise ignore silently.
+  const bool windows_objective = c.objective.name == "ar" || c.objective.name == "uniform_diffusion" ||
+                                 c.objective.name == "masked_diffusion";
+  if (c.objective.z_loss > 0 && !windows_objective)
+    throw InputError(fmt::format("objective.z_loss = {} applies to ar, uniform_diffusion and masked_diffusion, not "
+                                 "objective.name = '{}'",
+                                 c.objective.z_loss, c.objective.name));
+  if (c.diffusion.is_weight != 1.0 && c.objective.name != "uniform_diffusion")
+    throw InputError(fmt::format("diffusion.is_weight = {} weights uniform noise's IS term; objective.name = '{}' "
+                                 "has none",
+                                 c.diffusion.is_weight, c.objective.name));
   if (c.objective.name == "gflowrl" && c.gflowrl.push_up < c.gflowrl.push_down)
     fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
                c.gflowrl.push_up, c.gflowrl.push_down);

@@ -30,6 +30,7 @@ struct ModelConfig {
   double rope_theta;
   double norm_eps;
   bool qk_norm;             // per-head RMSNorm of q and k before RoPE (Qwen3); Llama and Qwen2 have none
+  bool attention_sink;      // off-by-one softmax: a zero logit every query also sees (models/attention.h)
   std::string attention_bias;  // none | qkv (Qwen2) | all (q, k, v and o; Llama's attention_bias)
   std::string rope_scaling;    // none | linear | llama3 (models/rope.h)
   double rope_scaling_factor;
@@ -83,6 +84,7 @@ struct ModelConfig {
 
 struct ObjectiveConfig {
   std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo | flowrl
+  double z_loss;     // weight of log²Z of the logits per token (ar, diffusion; objectives/z_loss.h)
 };
 
 // Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
@@ -93,9 +95,11 @@ struct DiffusionConfig {
   double log_snr_max;          // log_snr: lambda(0)
   double t_min;                // smallest training/eval time; t = t_min + (1 - t_min) u
   std::string time_sampling;   // stratified | iid
-  bool per_token_t;            // an independent t per token (models without time input only)
+  double time_mix;             // fraction of sequences with a t per token (models without time input only)
   std::string weighting;       // elbo | snr (training loss; eval always reports the ELBO)
   double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
+  double is_weight;            // uniform: β_IS, the weight of the IS-divergence term of the training loss
+  int64_t block_size;          // > 0: block diffusion (BD3-LM) on [x_0 | x_t] with a block-causal mask
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };
 
@@ -212,7 +216,8 @@ struct SampleConfig {
   double top_p;
   int64_t seed;
   std::string prompt;
-  int64_t steps;               // diffusion: denoising steps
+  int64_t steps;               // diffusion: denoising steps (per block when generating in blocks)
+  int64_t block_size;          // diffusion: generate in blocks of this many positions; 0: the run's block size
   std::string diffusion_sampler;  // ancestral | confidence
   std::string noise_removal;   // diffusion final step: ancestral | greedy | none
   double min_p;                // diffusion: keep x̂_v >= min_p · max x̂

@@ -81,6 +81,9 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, rope_theta, 10000.0, "RoPE base (Qwen3 uses 1e6 at long context).").range(1, inf),
       INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").positive_up_to(1),
       INKSTONE_FIELD(model, qk_norm, true, "Per-head RMSNorm of q and k before RoPE (Qwen3; Llama and Qwen2 have none)."),
+      INKSTONE_FIELD(model, attention_sink, false,
+                     "Off-by-one softmax in every attention layer: exp(s_j) / (1 + sum_i exp(s_i)) (Sumi). Uses the "
+                     "explicit attention path, never flash SDPA."),
       INKSTONE_FIELD(model, attention_bias, "none",
                      "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
           .one_of({"none", "qkv", "all"}),
@@ -181,6 +184,10 @@ std::vector<FieldSpec> build_schema() {
 
       INKSTONE_FIELD(objective, name, "ar",
                      "Training objective by its registered name (an unknown name is refused with the known ones)."),
+      INKSTONE_FIELD(objective, z_loss, 0.0,
+                     "ar, diffusion: add this times (log sum exp logits)^2 per token to the loss (PaLM's z-loss; "
+                     "Sumi: 1e-5).")
+          .range(0, 1),
 
       INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
           .one_of({"log_linear", "cosine", "log_snr"}),
@@ -192,10 +199,21 @@ std::vector<FieldSpec> build_schema() {
           .range(1e-6, 0.5),
       INKSTONE_FIELD(diffusion, time_sampling, "stratified", "stratified: one t per stratum of the global batch.")
           .one_of({"stratified", "iid"}),
-      INKSTONE_FIELD(diffusion, per_token_t, false, "An independent t per token (needs no time conditioning)."),
+      INKSTONE_FIELD(diffusion, time_mix, 0.0,
+                     "Fraction of sequences with an independent t per token, the rest one t per sequence (Sumi: "
+                     "0.5; needs no time conditioning).")
+          .range(0, 1),
       INKSTONE_FIELD(diffusion, weighting, "elbo", "Training loss: elbo, or snr (the ELBO without |dlambda/dt|).")
           .one_of({"elbo", "snr"}),
       INKSTONE_FIELD(diffusion, max_weight, 0.0, "Clip the small-t loss weight |dlambda/dt| to this; 0: none.")
+          .at_least(0),
+      INKSTONE_FIELD(diffusion, is_weight, 1.0,
+                     "Uniform noise: weight of the IS-divergence term next to the KL term in the training loss "
+                     "(1: the ELBO's; GIDD's beta_IS).")
+          .range(0, 100),
+      INKSTONE_FIELD(diffusion, block_size, int64_t{0},
+                     "Block diffusion (BD3-LM): > 0 trains each block of this many tokens on noise of its own t, "
+                     "seeing the clean blocks before it (a block-causal mask over [x_0 | x_t]); 0: off.")
           .at_least(0),
       INKSTONE_FIELD(diffusion, noise_specials, false,
                      "Uniform noise also emits special ids (never pad or mask); default: text ids and eos."),
@@ -276,9 +294,15 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, seed, int64_t{0}, "Sampling seed.").at_least(0),
       INKSTONE_FIELD(sample, prompt, "", "Default prompt text."),
       INKSTONE_FIELD(sample, steps, int64_t{64}, "Diffusion: denoising steps.").at_least(1),
+      INKSTONE_FIELD(sample, block_size, int64_t{0},
+                     "Diffusion: generate block by block (semi-autoregressive), each block conditioned on the "
+                     "committed ones and the text ending at the first end of text; 0: the run's "
+                     "diffusion.block_size, and the whole window at once when that is 0 too.")
+          .at_least(0),
       INKSTONE_FIELD(sample, diffusion_sampler, "ancestral",
-                     "Diffusion: ancestral posterior steps, or confidence (commit the surest positions).")
-          .one_of({"ancestral", "confidence"}),
+                     "Diffusion: ancestral posterior steps, confidence (commit the surest positions), or adaptive "
+                     "(Sumi's: confidence commits with an end-of-text anchor after the window).")
+          .one_of({"ancestral", "confidence", "adaptive"}),
       INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
           .one_of({"ancestral", "greedy", "none"}),
       INKSTONE_FIELD(sample, min_p, 0.0, "Diffusion: keep tokens with x̂ >= min_p times the largest; 0: off.")

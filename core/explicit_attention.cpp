@@ -15,12 +15,17 @@ using torch::autograd::variable_list;
 // dq = dS k / √D, dk = dSᵀ (q/√D): the products autograd forms for the same forward.
 struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, const c10::optional<torch::Tensor>& additive_mask) {
+                               const torch::Tensor& v, const c10::optional<torch::Tensor>& additive_mask,
+                               bool sink) {
     const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
     const auto scaled_q = q * scale;
     auto scores = torch::matmul(scaled_q, k.transpose(-2, -1));
     if (additive_mask) scores.add_(*additive_mask);
-    const auto probs = torch::softmax(scores, -1);
+    // The sink's logit 0 joins the normaliser: log(1 + Σ exp s) = logaddexp(logsumexp(s), 0).
+    const auto probs =
+        sink ? (scores - torch::logaddexp(torch::logsumexp(scores, -1, /*keepdim=*/true), torch::zeros({}, scores.options())))
+                   .exp()
+             : torch::softmax(scores, -1);
     ctx->save_for_backward({scaled_q, k, v, probs});
     ctx->saved_data["scale"] = scale;
     return torch::matmul(probs, v);
@@ -36,14 +41,14 @@ struct AttentionFunction : public torch::autograd::Function<AttentionFunction> {
     const auto grad_scores = torch::_softmax_backward_data(grad_probs, probs, -1, probs.scalar_type());
     const auto grad_q = torch::matmul(grad_scores, k).mul_(scale);
     const auto grad_k = torch::matmul(grad_scores.transpose(-2, -1), scaled_q);
-    return {grad_q, grad_k, grad_v, torch::Tensor()};  // the mask (not a differentiable input)
+    return {grad_q, grad_k, grad_v, torch::Tensor(), torch::Tensor()};  // mask and sink: not differentiable
   }
 };
 
 }  // namespace
 
 torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                                 const c10::optional<torch::Tensor>& allowed, bool is_causal) {
+                                 const c10::optional<torch::Tensor>& allowed, bool is_causal, bool sink) {
   c10::optional<torch::Tensor> additive_mask;  // 0 where a query may attend, −inf elsewhere
   if (is_causal) {
     TORCH_CHECK(!allowed, "explicit_attention: is_causal with a mask tensor");
@@ -52,7 +57,7 @@ torch::Tensor explicit_attention(const torch::Tensor& q, const torch::Tensor& k,
   } else if (allowed) {
     additive_mask = torch::zeros(allowed->sizes(), q.options()).masked_fill_(allowed->logical_not(), -INFINITY);
   }
-  return AttentionFunction::apply(q, k, v, additive_mask);
+  return AttentionFunction::apply(q, k, v, additive_mask, sink);
 }
 
 }  // namespace inkstone

@@ -23,8 +23,11 @@ namespace inkstone::compat {
 // Scaled dot-product attention on [B, H, T, D] tensors. 2.x dispatches to flash / memory-efficient kernels.
 // 1.13's (a private op returning (output, weights)) is only the composite math path, whose backward is slow on
 // CPU: explicit_attention is the same forward with a faster backward.
+// With `sink` (the off-by-one softmax, which no fused SDPA kernel computes) every version takes the explicit
+// path: O(T²) attention weights per head in memory, as 1.13 always does.
 inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-                          const c10::optional<torch::Tensor>& mask, bool is_causal) {
+                          const c10::optional<torch::Tensor>& mask, bool is_causal, bool sink = false) {
+  if (sink) return explicit_attention(q, k, v, mask, is_causal, /*sink=*/true);
 #if INKSTONE_TORCH_AT_LEAST(2, 0)
   return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal);
 #else

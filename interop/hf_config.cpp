@@ -195,6 +195,7 @@ std::string hf_architecture_for(const ModelConfig& m) {
   if (m.hidden_streams > 1) refuse(fmt::format("model.hidden_streams = {}", m.hidden_streams));
   if (m.time_conditioning) refuse("model.time_conditioning");
   if (m.qkv_conv) refuse("model.qkv_conv");
+  if (m.attention_sink) refuse("model.attention_sink (an off-by-one softmax)");
   for (const Family& f : kFamilies) {
     if (m.arch != f.arch) continue;
     if (m.qk_norm != f.qk_norm)

@@ -25,7 +25,8 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
       n_kv_heads_(config.n_kv_heads),
       head_dim_(resolved_head_dim(config)),
       qkv_conv_after_norm_(config.qkv_conv_position == "after_norm"),
-      qkv_conv_zero_init_(config.qkv_conv_zero_init) {
+      qkv_conv_zero_init_(config.qkv_conv_zero_init),
+      sink_(config.attention_sink) {
   TORCH_CHECK(n_heads_ % n_kv_heads_ == 0, "n_kv_heads must divide n_heads");
   const bool qkv_bias = config.attention_bias != "none";
   const bool o_bias = config.attention_bias == "all";
@@ -119,7 +120,7 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
     k = k.repeat_interleave(group, 1);
     v = v.repeat_interleave(group, 1);
   }
-  const auto y = compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal);
+  const auto y = compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
   return o_proj(y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_}));
 }
 

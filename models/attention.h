@@ -2,7 +2,8 @@
 //   q, k, v = W_q u, W_k u, W_v u;  q, k ← RoPE(RMSNorm(q)), RoPE(RMSNorm(k));  W_o · softmax(q kᵀ/√h_d + mask) v
 // Query head h reads KV head ⌊h·n_kv/n_q⌋. Biases on q, k, v (Qwen2) or on all four projections (Llama's
 // attention_bias) by ModelConfig::attention_bias; the QK-norm can be off (Llama, Qwen2). Optionally a depthwise residual conv over time on [q | k | v]
-// before RoPE (qkv_conv.h), before or after the QK-norm.
+// before RoPE (qkv_conv.h), before or after the QK-norm. Optionally an off-by-one softmax (an attention sink,
+// ModelConfig::attention_sink; Sumi).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>
@@ -38,6 +39,7 @@ class AttentionImpl : public TokenMixer {
   int64_t head_dim_;
   bool qkv_conv_after_norm_;
   bool qkv_conv_zero_init_;
+  bool sink_;  // off-by-one softmax (core/explicit_attention.h)
 };
 TORCH_MODULE(Attention);
 

@@ -40,4 +40,19 @@ AttentionMask within_documents(const AttentionMask& mask, MaskMode mode, const t
   return {allowed & same_document, false};
 }
 
+torch::Tensor block_diffusion_rule(const torch::Tensor& query_block, const torch::Tensor& query_noisy,
+                                   const torch::Tensor& key_block, const torch::Tensor& key_noisy) {
+  const auto qb = query_block.unsqueeze(1), kb = key_block.unsqueeze(0);
+  const auto q_noisy = query_noisy.unsqueeze(1), k_noisy = key_noisy.unsqueeze(0);
+  const auto clean_key = torch::where(q_noisy, kb < qb, kb <= qb);
+  return torch::where(k_noisy, q_noisy & (kb == qb), clean_key);
+}
+
+torch::Tensor block_diffusion_training_rule(int64_t length, int64_t block, const torch::Device& device) {
+  const auto blocks = torch::floor_divide(torch::arange(length, torch::TensorOptions().dtype(torch::kLong)), block);
+  const auto both = torch::cat({blocks, blocks});
+  const auto noisy = torch::cat({torch::zeros({length}, torch::kBool), torch::ones({length}, torch::kBool)});
+  return block_diffusion_rule(both, noisy, both, noisy).to(device);
+}
+
 }  // namespace inkstone

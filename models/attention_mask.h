@@ -24,6 +24,16 @@ AttentionMask make_attention_mask(MaskMode mode, int64_t query_start, int64_t nu
 // query's own slot.
 AttentionMask mask_with_padding(const torch::Tensor& allowed, int64_t query_start, const torch::Tensor& key_real);
 
+// Block diffusion's rule (BD3-LM, Arriola et al. 2025) for tokens that are clean (x_0) or noisy (x_t) and belong to
+// numbered blocks: a clean token sees the clean tokens of its block and of earlier ones; a noisy token sees the
+// clean tokens of earlier blocks and the noisy tokens of its own. [Tq], [Tk] int64 blocks and bool noisy flags ->
+// [Tq, Tk] bool.
+torch::Tensor block_diffusion_rule(const torch::Tensor& query_block, const torch::Tensor& query_noisy,
+                                   const torch::Tensor& key_block, const torch::Tensor& key_noisy);
+
+// The training layout [x_0 | x_t] of windows of `length` tokens in blocks of `block`: [2L, 2L] on `device`.
+torch::Tensor block_diffusion_training_rule(int64_t length, int64_t block, const torch::Device& device);
+
 // `mask` (of a forward without a cache) restricted to query-key pairs of the same packed document: documents
 // [B, T] int64 numbers the document of every token in its row.
 AttentionMask within_documents(const AttentionMask& mask, MaskMode mode, const torch::Tensor& documents);

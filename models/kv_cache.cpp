@@ -78,4 +78,11 @@ int64_t KVCache::state_numel(int64_t layer) const {
 
 void KVCache::advance(int64_t num_new) { length_ += num_new; }
 
+void KVCache::rewind(int64_t length) {
+  TORCH_CHECK(length >= 0 && length <= length_, "a KV cache rewinds to a length it has");
+  for (const auto& state : conv_states_)
+    TORCH_CHECK(!state.defined(), "a convolution's KV-cache window cannot be wound back");
+  length_ = length;
+}
+
 }  // namespace inkstone

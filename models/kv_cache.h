@@ -46,6 +46,10 @@ class KVCache {
 
   // Called once every layer has appended the new tokens.
   void advance(int64_t num_new);
+  // Forgets the slots from `length` on, so that a forward can read the cache without joining it (block diffusion
+  // denoises a block against the committed ones many times, then commits it once). Attention caches only: a
+  // convolution's window cannot be wound back.
+  void rewind(int64_t length);
 
  private:
   int64_t batch_size_;

@@ -155,7 +155,15 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
     context.write_slot = args.write_slot;
   } else {
     key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
-    context.mask = make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device());
+    if (args.allowed.defined()) {
+      TORCH_CHECK(streams_.streams() == 1 && !args.documents.defined(),
+                  "a caller's attention rule takes one stream and no packed documents");
+      TORCH_CHECK(args.allowed.size(0) == slots && args.allowed.size(1) == start + slots,
+                  "the attention rule must be [T, cache length + T]");
+      context.mask = mask_with_padding(args.allowed.to(tokens.device()), start, key_real);
+    } else {
+      context.mask = make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device());
+    }
   }
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
   if (!fixed_window) use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());

@@ -39,6 +39,9 @@ struct ForwardArgs {
                               // the cache remembers earlier calls' padding.
   torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay
                               // within a token's document; undefined: one document per row. Not with a cache.
+  // [T, cache length + T] bool, true = may attend: a query-key rule of the caller's in place of `mask` (block
+  // diffusion's [x_0 | x_t] layout); one stream, no documents. Padding and each query's own slot apply as usual.
+  torch::Tensor allowed;
   KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
   // [1] int64 on the model's device: fixed-window decoding (KVCache::append_at), the form a CUDA graph replays.
   // One token per row and one stream; positions given; the caller advances the cache's host-side length.

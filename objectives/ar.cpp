@@ -3,6 +3,8 @@
 
 #include <torch/nn/functional/loss.h>
 
+#include "objectives/z_loss.h"
+
 namespace inkstone {
 namespace {
 
@@ -10,9 +12,10 @@ struct TokenLosses {
   torch::Tensor nll;      // [B, T] per-target negative log-likelihood, 0 where not real
   torch::Tensor correct;  // [B, T] argmax hits on real targets
   torch::Tensor real;     // [B, T] bool
+  torch::Tensor log_z_squared;  // [B, T] on real targets, with_z only
 };
 
-TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch) {
+TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, bool with_z = false) {
   using torch::indexing::Slice;
   auto inputs = batch.tokens.index({Slice(), Slice(0, -1)});
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
@@ -27,12 +30,14 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch) {
   auto log_probs = torch::log_softmax(logits, -1);
   auto nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
   auto correct = logits.argmax(-1).eq(targets);
-  return {nll.masked_fill(~real, 0.0), correct & real, real};
+  TokenLosses losses{nll.masked_fill(~real, 0.0), correct & real, real, {}};
+  if (with_z) losses.log_z_squared = log_z_squared(logits).masked_fill(~real, 0.0);
+  return losses;
 }
 
 }  // namespace
 
-AutoregressiveObjective::AutoregressiveObjective(const Config&) {}
+AutoregressiveObjective::AutoregressiveObjective(const Config& config) : z_loss_(config.objective.z_loss) {}
 
 ObjectiveNeeds AutoregressiveObjective::needs() const {
   ObjectiveNeeds needs;
@@ -42,11 +47,12 @@ ObjectiveNeeds AutoregressiveObjective::needs() const {
 }
 
 LossOutput AutoregressiveObjective::loss(LanguageModelImpl& model, const Batch& batch) {
-  auto t = next_token_losses(model, batch);
+  auto t = next_token_losses(model, batch, z_loss_ > 0);
   LossOutput out;
   out.loss_sum = t.nll.sum();
   out.count = t.real.sum().to(torch::kFloat);
   out.metric_sums["accuracy"] = t.correct.sum().to(torch::kFloat);
+  if (z_loss_ > 0) add_z_loss(out, t.log_z_squared, z_loss_);
   return out;
 }
 

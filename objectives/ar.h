@@ -1,4 +1,5 @@
-// Autoregressive objective: next-token cross-entropy under the causal mask, padding ignored.
+// Autoregressive objective: next-token cross-entropy under the causal mask, padding ignored; optionally the logits'
+// z-loss (objectives/z_loss.h) on the same targets.
 #pragma once
 #include "objectives/objective.h"
 
@@ -11,6 +12,9 @@ class AutoregressiveObjective : public Objective {
   ObjectiveNeeds needs() const override;
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
   ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+
+ private:
+  double z_loss_;  // objective.z_loss
 };
 
 }  // namespace inkstone

@@ -5,7 +5,9 @@
 
 #include "core/counter_hash.h"
 #include "core/errors.h"
+#include "models/attention_mask.h"
 #include "objectives/diffusion_time.h"
+#include "objectives/z_loss.h"
 
 namespace inkstone {
 
@@ -18,6 +20,7 @@ torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConf
 
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer)
     : diffusion_(config.diffusion),
+      z_loss_(config.objective.z_loss),
       time_conditioning_(config.model.time_conditioning),
       padded_windows_(config.data.mode == "pad"),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
@@ -66,11 +69,27 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");
     args.noise_level = -torch::log(alpha.squeeze(1));
   }
-  const auto logits = model.forward(z, args).logits.to(torch::kFloat);
+  torch::Tensor logits;
+  if (diffusion_.block_size > 0) {
+    // Block diffusion (docs/diffusion.md, "Block diffusion"): the model reads [x_0 | x_t], both halves at positions
+    // 0..L−1, under the block-causal rule, and x_t's half gives the logits.
+    const int64_t length = z.size(1);
+    args.positions = torch::arange(length, batch.tokens.options()).repeat({2}).expand({z.size(0), 2 * length});
+    args.allowed = block_diffusion_training_rule(length, diffusion_.block_size, z.device());
+    if (args.key_padding.defined()) args.key_padding = torch::cat({batch.real, batch.real}, 1);
+    logits = model.forward(torch::cat({batch.tokens, z}, 1), args).logits.narrow(1, length, length).to(torch::kFloat);
+  } else {
+    logits = model.forward(z, args).logits.to(torch::kFloat);
+  }
   DiffusionScores s;
   s.real = batch.real;
-  s.nelbo = token_nelbo(logits, batch.tokens, z, alpha, schedule_->alpha_prime(t)).masked_fill(~s.real, 0.0);
-  s.weighted = s.nelbo * training_weight(*schedule_, diffusion_, t);
+  const auto terms = token_terms(logits, batch.tokens, z, alpha, schedule_->alpha_prime(t));
+  s.nelbo = terms.nelbo.masked_fill(~s.real, 0.0);
+  auto trained = terms.nelbo;
+  if (terms.is_divergence.defined() && diffusion_.is_weight != 1.0)
+    trained = trained + (diffusion_.is_weight - 1.0) * terms.is_divergence;
+  s.weighted = (trained * training_weight(*schedule_, diffusion_, t)).masked_fill(~s.real, 0.0);
+  if (z_loss_ > 0) s.log_z_squared = log_z_squared(logits).masked_fill(~s.real, 0.0);
   s.corrupted = z.ne(batch.tokens) & s.real;
   return s;
 }
@@ -82,9 +101,16 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
     checked_ = true;
   }
   const auto& x = batch.tokens;
-  const int64_t per_row = diffusion_.per_token_t ? x.size(1) : 1;
-  const auto t = sample_training_time(diffusion_, x.size(0), per_row, batch.first_row, batch.total_rows,
-                                      x.device());
+  torch::Tensor t;
+  if (diffusion_.block_size > 0) {
+    // Each block draws its time as if it were a sequence of its own.
+    const int64_t blocks = x.size(1) / diffusion_.block_size;
+    t = per_block_times(sample_training_time(diffusion_, x.size(0) * blocks, diffusion_.block_size,
+                                             batch.first_row * blocks, batch.total_rows * blocks, x.device()),
+                        x.size(0), x.size(1));
+  } else {
+    t = sample_training_time(diffusion_, x.size(0), x.size(1), batch.first_row, batch.total_rows, x.device());
+  }
   const auto z = torch::where(batch.real, corrupt(x, schedule_->alpha(t), nullptr), x);
   const auto s = score(model, batch, t, z);
   LossOutput out;
@@ -92,6 +118,7 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
   out.count = s.real.sum().to(torch::kFloat);
   out.metric_sums["nelbo"] = s.nelbo.detach().sum();
   out.metric_sums["corrupted_fraction"] = s.corrupted.sum().to(torch::kFloat);
+  if (z_loss_ > 0) add_z_loss(out, s.log_z_squared, z_loss_);
   return out;
 }
 
@@ -108,7 +135,9 @@ ValidationSums DiffusionObjective::evaluate(LanguageModelImpl& model, const Eval
     check_clean_tokens(batch);
     const auto device = batch.tokens.device();
     const auto x = batch.tokens.cpu();
-    const auto t = eval_time_grid(diffusion_.t_min, x.size(0));
+    const int64_t blocks = diffusion_.block_size > 0 ? x.size(1) / diffusion_.block_size : 1;
+    auto t = eval_time_grid(diffusion_.t_min, x.size(0) * blocks);
+    if (blocks > 1) t = per_block_times(t, x.size(0), x.size(1));
     const auto z = torch::where(batch.real.cpu(), corrupt(x, schedule_->alpha(t), &generator), x);
     const auto s = score(model, batch, t.to(device), z.to(device));
     nelbo += s.nelbo.to(torch::kDouble).sum().item<double>();

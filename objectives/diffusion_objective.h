@@ -16,7 +16,13 @@ namespace inkstone {
 // What a corrupted token becomes: a uniform draw from the noise support, or the absorbing mask token.
 enum class DiffusionNoise { uniform, masked };
 
-// The training loss is ℓ·w(t) (docs/diffusion.md, "Training weights"). On the integrand of "Log-SNR form" the
+// One token's NELBO ℓ and, for uniform noise, the IS-divergence part of it (undefined for masked noise).
+struct DiffusionTokenTerms {
+  torch::Tensor nelbo;
+  torch::Tensor is_divergence;
+};
+
+// The training loss is (ℓ + (β_IS − 1)·IS)·w(t), β_IS = diffusion.is_weight (docs/diffusion.md, "Training weights"). On the integrand of "Log-SNR form" the
 // ELBO puts the weight |dλ/dt|; `snr` replaces it by 1 (GIDD's SNR weighting), and max_weight > 0 clips whichever
 // of the two is chosen, so w = min(weight, max_weight) / |dλ/dt|.
 torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t);
@@ -24,7 +30,8 @@ torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConf
 // Per-token results of one batch at given times and noisy tokens.
 struct DiffusionScores {
   torch::Tensor nelbo;      // [B, L] ℓ, 0 off real tokens
-  torch::Tensor weighted;   // [B, L] ℓ·w(t), the training loss, 0 off real tokens
+  torch::Tensor weighted;   // [B, L] the training loss, 0 off real tokens
+  torch::Tensor log_z_squared;  // [B, L] (log Σ exp logits)², 0 off real tokens; only with objective.z_loss > 0
   torch::Tensor corrupted;  // [B, L] bool: z_t ≠ x on a real token
   torch::Tensor real;       // [B, L] bool
 };
@@ -54,15 +61,16 @@ class DiffusionObjective : public Objective {
  protected:
   // What each token of x [B, L] would be replaced by.
   virtual torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const = 0;
-  // ℓ per token [B, L] from fp32 logits [B, L, V].
-  virtual torch::Tensor token_nelbo(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
-                                    const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const = 0;
+  // ℓ per token [B, L] (and its IS part) from fp32 logits [B, L, V].
+  virtual DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
+                                          const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const = 0;
 
  private:
   // InputError naming the first real clean token outside the support, whose NELBO would be infinite.
   void check_clean_tokens(const Batch& batch) const;
 
   DiffusionConfig diffusion_;
+  double z_loss_;           // objective.z_loss
   bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
   bool padded_windows_;     // data.mode = pad: padding keys are masked out
   uint64_t eval_seed_;      // run.seed: the evaluation's noise

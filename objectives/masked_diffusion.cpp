@@ -22,12 +22,14 @@ torch::Tensor MaskedDiffusionObjective::replacement(const torch::Tensor& x, at::
   return torch::full_like(x, mask_id_);
 }
 
-torch::Tensor MaskedDiffusionObjective::token_nelbo(const torch::Tensor& logits, const torch::Tensor& x,
-                                                    const torch::Tensor& z, const torch::Tensor& alpha,
-                                                    const torch::Tensor& alpha_prime) const {
+DiffusionTokenTerms MaskedDiffusionObjective::token_terms(const torch::Tensor& logits, const torch::Tensor& x,
+                                                          const torch::Tensor& z, const torch::Tensor& alpha,
+                                                          const torch::Tensor& alpha_prime) const {
   // The support never holds the mask, so restricting to it is SUBS's "mask logit at −inf".
   const auto log_x_hat = torch::log_softmax(support().restrict_logits(logits.to(torch::kFloat)), -1);
-  return masked_nelbo_per_token(log_x_hat, x, z, mask_id_, alpha, alpha_prime);
+  DiffusionTokenTerms terms;
+  terms.nelbo = masked_nelbo_per_token(log_x_hat, x, z, mask_id_, alpha, alpha_prime);
+  return terms;
 }
 
 }  // namespace inkstone

@@ -21,8 +21,8 @@ class MaskedDiffusionObjective : public DiffusionObjective {
  protected:
   // The mask token (docs/diffusion.md, "Masked noise").
   torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const override;
-  torch::Tensor token_nelbo(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
-                            const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;
+  DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
+                                  const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;
 
  private:
   int64_t mask_id_;

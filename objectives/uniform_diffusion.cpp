@@ -4,9 +4,9 @@
 
 namespace inkstone {
 
-torch::Tensor uniform_nelbo_per_token(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
-                                      const torch::Tensor& alpha, const torch::Tensor& alpha_prime,
-                                      int64_t support_size) {
+DiffusionTokenTerms uniform_token_terms(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
+                                        const torch::Tensor& alpha, const torch::Tensor& alpha_prime,
+                                        int64_t support_size) {
   const double n = static_cast<double>(support_size);
   const auto a = alpha.to(log_x_hat.scalar_type());
   const auto a_prime = alpha_prime.to(log_x_hat.scalar_type());
@@ -29,7 +29,19 @@ torch::Tensor uniform_nelbo_per_token(const torch::Tensor& log_x_hat, const torc
   // (docs/diffusion.md, "Pitfalls").
   const auto t2_same = c * spread + (n - 1.0) * c * log_c;
   const auto t2_moved = spread + (n * a / (1.0 - a)) * (log_x_bar_z - log_x_bar_x) - log_c / c;
-  return a_prime / (n * a) * (t1 - torch::where(same, t2_same, t2_moved));
+  DiffusionTokenTerms terms;
+  terms.nelbo = a_prime / (n * a) * (t1 - torch::where(same, t2_same, t2_moved));
+  // N q_z = N a δ + 1 − a and N p_z = x̄_z, so r = N q_z / x̄_z.
+  const auto n_q_z = torch::where(same, c_den, 1.0 - a);
+  const auto log_r = torch::log(n_q_z) - log_x_bar_z;
+  terms.is_divergence = -a_prime / (a * n_q_z) * (log_r.exp() - log_r - 1.0);
+  return terms;
+}
+
+torch::Tensor uniform_nelbo_per_token(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
+                                      const torch::Tensor& alpha, const torch::Tensor& alpha_prime,
+                                      int64_t support_size) {
+  return uniform_token_terms(log_x_hat, x, z, alpha, alpha_prime, support_size).nelbo;
 }
 
 double uniform_nelbo_kl_form(const torch::Tensor& x_hat, int64_t x, int64_t z, double alpha, double alpha_prime) {
@@ -48,11 +60,11 @@ torch::Tensor UniformDiffusionObjective::replacement(const torch::Tensor& x, at:
   return support().sample_uniform(x, generator);
 }
 
-torch::Tensor UniformDiffusionObjective::token_nelbo(const torch::Tensor& logits, const torch::Tensor& x,
-                                                     const torch::Tensor& z, const torch::Tensor& alpha,
-                                                     const torch::Tensor& alpha_prime) const {
+DiffusionTokenTerms UniformDiffusionObjective::token_terms(const torch::Tensor& logits, const torch::Tensor& x,
+                                                           const torch::Tensor& z, const torch::Tensor& alpha,
+                                                           const torch::Tensor& alpha_prime) const {
   const auto log_x_hat = torch::log_softmax(support().restrict_logits(logits.to(torch::kFloat)), -1);
-  return uniform_nelbo_per_token(log_x_hat, x, z, alpha, alpha_prime, support().size());
+  return uniform_token_terms(log_x_hat, x, z, alpha, alpha_prime, support().size());
 }
 
 }  // namespace inkstone

@@ -18,6 +18,11 @@ namespace inkstone {
 torch::Tensor uniform_nelbo_per_token(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
                                       const torch::Tensor& alpha, const torch::Tensor& alpha_prime,
                                       int64_t support_size);
+// ℓ and its IS-divergence part −a'/(a N q_z) · (r − log r − 1) (the second term of the KL form below), from the
+// same x̄: GIDD weights the two parts separately (docs/diffusion.md, "Training weights").
+DiffusionTokenTerms uniform_token_terms(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
+                                        const torch::Tensor& alpha, const torch::Tensor& alpha_prime,
+                                        int64_t support_size);
 
 // The KL form (docs/diffusion.md, "KL form"), the float64 test oracle: with q = a e_x + (1 − a)/N,
 // p = a x̂ + (1 − a)/N, r = q_z/p_z,
@@ -34,8 +39,8 @@ class UniformDiffusionObjective : public DiffusionObjective {
  protected:
   // A uniform draw from the support, which may return x itself (docs/diffusion.md, "Uniform noise").
   torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const override;
-  torch::Tensor token_nelbo(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
-                            const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;
+  DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
+                                  const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;
 };
 
 }  // namespace inkstone

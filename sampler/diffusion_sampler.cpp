@@ -66,6 +66,8 @@ DiffusionProcess diffusion_process_for(const Objective& objective, const Config&
   process.support = std::make_shared<NoiseSupport>(tokenizer, model_vocab, config.diffusion.noise_specials);
   process.mask_id = tokenizer.specials().mask;
   process.time_conditioned = config.model.time_conditioning;
+  process.end_id = tokenizer.specials().eos;
+  process.block_size = config.diffusion.block_size;
   return process;
 }
 
@@ -81,7 +83,8 @@ Denoiser model_denoiser(LanguageModel model) {
 DiffusionMethod diffusion_method_from_name(const std::string& name) {
   if (name == "ancestral") return DiffusionMethod::ancestral;
   if (name == "confidence") return DiffusionMethod::confidence;
-  throw InputError(fmt::format("unknown diffusion sampler '{}' (ancestral | confidence)", name));
+  if (name == "adaptive") return DiffusionMethod::adaptive;
+  throw InputError(fmt::format("unknown diffusion sampler '{}' (ancestral | confidence | adaptive)", name));
 }
 
 NoiseRemoval noise_removal_from_name(const std::string& name) {
@@ -106,8 +109,16 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   auto generator = at::globalContext().defaultGenerator(device).clone();
   generator.set_current_seed(static_cast<uint64_t>(options.seed));
 
-  const auto fixed_tokens = canvas.tokens.to(device);
-  const auto fixed = canvas.fixed.to(device);
+  // adaptive: one more position, fixed to end of text, after the window (docs/diffusion.md, "Adaptive sampling").
+  const bool anchored = options.method == DiffusionMethod::adaptive;
+  if (anchored && process.end_id < 0) throw InputError("the adaptive sampler needs a tokenizer with an eos token");
+  const auto fixed_tokens =
+      anchored ? torch::cat({canvas.tokens, torch::full({canvas.tokens.size(0), 1}, process.end_id, torch::kLong)}, 1)
+                     .to(device)
+               : canvas.tokens.to(device);
+  const auto fixed = anchored ? torch::cat({canvas.fixed, torch::ones({canvas.fixed.size(0), 1}, torch::kBool)}, 1)
+                                    .to(device)
+                              : canvas.fixed.to(device);
   const int64_t rows = fixed_tokens.size(0);
   const auto support = process.support->member_mask(device);
   const auto sequences = torch::arange(options.first_sequence, options.first_sequence + rows, torch::kLong);
@@ -165,6 +176,10 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     return exponential_race(q, generator);
   };
 
+  // Confidence scores come from x̂ as filtered, but at temperature 0 from the model's own x̂: the point mass on the
+  // argmax would give every position the same margin.
+  SamplingParams score_filter = options.filter;
+  if (score_filter.temperature == 0) score_filter.temperature = 1;
   const int64_t steps = options.steps;
   for (int64_t k = 0; k < steps; ++k) {
     const double t = 1.0 - (1.0 - options.t_end) * static_cast<double>(k) / steps;
@@ -175,7 +190,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       z = draw(step_logits, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s), step);
     } else {
       const auto drawn = draw(step_logits, 0.0, 1.0, step);
-      confidence_step(z, open, clean_token_probs(step_logits, process, options.filter),
+      confidence_step(z, open, clean_token_probs(step_logits, process, score_filter),
                       commits_at_step(free_count, k, steps), process, drawn);
     }
     z = torch::where(fixed, fixed_tokens, z);
@@ -196,9 +211,23 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     z = torch::where(settled | fixed, z, clean);
   }
 
-  result.tokens = z.cpu();
+  result.tokens = anchored ? z.narrow(1, 0, canvas.tokens.size(1)).cpu().contiguous() : z.cpu();
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   return result;
+}
+
+std::vector<int32_t> generated_until_end(const torch::Tensor& row, const torch::Tensor& fixed, int64_t end_id) {
+  const auto ids = row.to(torch::kLong).contiguous();
+  const auto open = fixed.logical_not().contiguous();
+  const auto id_at = ids.accessor<int64_t, 1>();
+  const auto open_at = open.accessor<bool, 1>();
+  std::vector<int32_t> out;
+  for (int64_t i = 0; i < ids.size(0); ++i) {
+    if (!open_at[i]) continue;
+    if (id_at[i] == end_id) break;
+    out.push_back(static_cast<int32_t>(id_at[i]));
+  }
+  return out;
 }
 
 double unigram_entropy(const std::vector<int32_t>& tokens) {

@@ -26,6 +26,8 @@ struct DiffusionProcess {
   std::shared_ptr<const NoiseSupport> support;  // ids x̂ ranges over (and uniform noise emits)
   int64_t mask_id = -1;                         // absorbing state (masked)
   bool time_conditioned = false;                // the denoiser reads σ_t, so x̂ cannot be reused across steps
+  int64_t end_id = -1;                          // end of text (eos): the adaptive sampler's anchor
+  int64_t block_size = 0;                       // > 0: trained as block diffusion (block-causal; BD3-LM)
 };
 
 // The process the run's objective trains with (a DiffusionObjective says its noise); InputError for an objective
@@ -38,7 +40,10 @@ using Denoiser = std::function<torch::Tensor(const torch::Tensor& z, const torch
 // A bidirectional forward of `model`, fed σ only when it is time-conditioned.
 Denoiser model_denoiser(LanguageModel model);
 
-enum class DiffusionMethod { ancestral, confidence };
+// ancestral: posterior draws on the time grid. confidence: each step commits the open positions x̂ is most sure
+// of (docs/diffusion.md, "Confidence sampling"). adaptive (Sumi's): confidence commits with an end-of-text token
+// fixed right after the canvas, so that the model places the text's end inside the window.
+enum class DiffusionMethod { ancestral, confidence, adaptive };
 enum class NoiseRemoval { ancestral, greedy, none };
 DiffusionMethod diffusion_method_from_name(const std::string& name);
 NoiseRemoval noise_removal_from_name(const std::string& name);
@@ -78,6 +83,10 @@ struct DiffusionSampleResult {
 DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
                                        torch::Device device);
+
+// The generated ids of one sampled row [L] (positions not `fixed` [L]) up to, not including, the first end_id:
+// a diffusion sample's text ends at its first end of text (end_id < 0: never).
+std::vector<int32_t> generated_until_end(const torch::Tensor& row, const torch::Tensor& fixed, int64_t end_id);
 
 // Per sample, H = −Σ_v (c_v/L) log(c_v/L) in nats over its token histogram (docs/diffusion.md, "Unigram entropy").
 double unigram_entropy(const std::vector<int32_t>& tokens);

@@ -31,6 +31,20 @@ DiffusionSampleOptions diffusion_sample_options(const SampleConfig& sample) {
   return options;
 }
 
+int64_t generation_block_size(const SampleConfig& sample, const DiffusionConfig& diffusion) {
+  return sample.block_size > 0 ? sample.block_size : diffusion.block_size;
+}
+
+BlockSampleOptions block_sample_options(const SampleConfig& sample, int64_t block_size,
+                                        const DiffusionProcess& process) {
+  BlockSampleOptions options;
+  options.block_size = block_size;
+  options.max_new_tokens = sample.max_new_tokens;
+  options.use_cache = process.block_size > 0;
+  options.per_block = diffusion_sample_options(sample);
+  return options;
+}
+
 std::vector<std::pair<std::string, std::string>> sample_texts(LanguageModel& model, const Objective& objective,
                                                               const Config& config, const Tokenizer& tokenizer,
                                                               const std::vector<std::string>& prompts,
@@ -46,17 +60,24 @@ std::vector<std::pair<std::string, std::string>> sample_texts(LanguageModel& mod
       out.emplace_back(prompts[static_cast<size_t>(s.prompt_index)], tokenizer.decode(s.tokens, false));
     return out;
   }
+  const DiffusionProcess process = diffusion_process_for(objective, config, tokenizer, model->vocab_size());
+  if (const int64_t block = generation_block_size(config.sample, config.diffusion); block > 0) {
+    const BlockSampleOptions options = block_sample_options(config.sample, block, process);
+    for (const auto& prompt : prompts) {
+      const auto done = sample_in_blocks(model, process, tokenizer.encode(prompt), 1, options, device);
+      out.emplace_back(prompt, tokenizer.decode(generated_until_end(done.tokens[0], done.fixed[0], process.end_id),
+                                                false));
+    }
+    return out;
+  }
   std::vector<CanvasRow> layouts;
   for (const auto& prompt : prompts)
     layouts.push_back(prefix_row(tokenizer.encode(prompt), config.sample.max_new_tokens));
   const DiffusionCanvas canvas = make_canvas(layouts, 1);
-  const DiffusionProcess process = diffusion_process_for(objective, config, tokenizer, model->vocab_size());
   const auto done =
       sample_diffusion(model_denoiser(model), process, canvas, diffusion_sample_options(config.sample), device);
   for (int64_t r = 0; r < done.tokens.size(0); ++r) {
-    const auto generated = done.tokens[r].masked_select(canvas.fixed[r].logical_not()).contiguous();
-    const int64_t* first = generated.data_ptr<int64_t>();
-    const std::vector<int32_t> ids(first, first + generated.numel());
+    const auto ids = generated_until_end(done.tokens[r], canvas.fixed[r], process.end_id);
     out.emplace_back(prompts[static_cast<size_t>(r)], tokenizer.decode(ids, false));
   }
   return out;

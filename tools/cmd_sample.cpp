@@ -1,6 +1,6 @@
 // `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F | --infill TEMPLATE]
 //  [--num N] [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]
-//  [--steps T] [--sampler ancestral|confidence] [--noise-removal ancestral|greedy|none] [--trace K]`
+//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]] [--noise-removal ancestral|greedy|none] [--trace K]`
 // The checkpoint's objective picks the sampler: autoregressive decoding, or diffusion denoising.
 // Options left out take the run's [sample] values.
 #include <fstream>
@@ -27,7 +27,8 @@ struct SampleOptions {
   std::string prompts_file;
   std::optional<int64_t> num, max_new_tokens, top_k, seed;
   std::optional<double> temperature, top_p;
-  std::optional<int64_t> steps;
+  std::optional<int64_t> steps, block_size;
+  bool no_cache = false;
   std::optional<std::string> diffusion_sampler, noise_removal;
   std::string infill;
   int64_t trace = 0;
@@ -52,6 +53,7 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.diffusion_sampler = o.diffusion_sampler.value_or(sample.diffusion_sampler);
   sample.noise_removal = o.noise_removal.value_or(sample.noise_removal);
   sample.min_p = o.min_p.value_or(sample.min_p);
+  sample.block_size = o.block_size.value_or(sample.block_size);
   return sample;
 }
 
@@ -128,6 +130,33 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   return 0;
 }
 
+// Semi-autoregressive: each prompt's copies are generated block by block (sampler/block_sampler.h).
+int sample_blocks_run(const SampleOptions& o, TrainedModel& trained, const DiffusionProcess& process,
+                      const BlockSampleOptions& options, int64_t copies) {
+  const Tokenizer& tokenizer = *trained.tokenizer;
+  const std::vector<std::string> prompts = read_prompts(o, trained.config.sample);
+  int64_t blocks = 0, calls = 0;
+  double seconds = 0;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto done = sample_in_blocks(trained.model, process, tokenizer.encode(prompts[p]), copies, options,
+                                       trained.device);
+    blocks += done.blocks;
+    calls += done.model_calls;
+    seconds += done.seconds;
+    for (int64_t r = 0; r < copies; ++r) {
+      const auto generated = generated_until_end(done.tokens[r], done.fixed[r], process.end_id);
+      print_sample(o, p * static_cast<size_t>(copies) + static_cast<size_t>(r), prompts[p],
+                   tokenizer.decode(generated, o.keep_special), generated,
+                   {{"prompt_index", p}, {"unigram_entropy", unigram_entropy(generated)}, {"blocks", done.blocks}});
+    }
+  }
+  fmt::print(stderr, "{} prompts x {} samples, {} blocks of {} ({} steps each{}), {} model calls in {:.2f} s, "
+                     "checkpoint step {}\n",
+             prompts.size(), copies, blocks, options.block_size, options.per_block.steps,
+             options.use_cache ? ", KV cache" : "", calls, seconds, trained.step);
+  return 0;
+}
+
 int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
@@ -138,6 +167,14 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   const int64_t copies = o.num.value_or(defaults.num);
   const int64_t batch_size = o.batch_size.value_or(defaults.batch_size);
 
+  const SampleConfig settings = with_overrides(o, defaults);
+  if (const int64_t block = generation_block_size(settings, trained.config.diffusion); block > 0) {
+    if (!o.infill.empty()) throw InputError("--infill fills one window; it does not combine with generating in blocks");
+    BlockSampleOptions block_options = block_sample_options(settings, block, process);
+    block_options.per_block = options;
+    if (o.no_cache) block_options.use_cache = false;
+    return sample_blocks_run(o, trained, process, block_options, copies);
+  }
   // Prompts are prefixes (an empty one samples unconditionally); an infill template fixes text around holes.
   std::vector<std::string> prompts;
   std::vector<CanvasRow> layouts;
@@ -150,9 +187,11 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
       layouts.push_back(prefix_row(tokenizer.encode(text), o.max_new_tokens.value_or(defaults.max_new_tokens)));
   }
   const DiffusionCanvas canvas = make_canvas(layouts, copies);
-  if (canvas.tokens.size(1) > trained.config.model.max_seq_len)
+  // The adaptive sampler adds its end anchor after the window.
+  const int64_t positions = canvas.tokens.size(1) + (options.method == DiffusionMethod::adaptive ? 1 : 0);
+  if (positions > trained.config.model.max_seq_len)
     throw InputError(fmt::format("{} positions to sample exceed model.max_seq_len = {}; lower --max-new-tokens",
-                                 canvas.tokens.size(1), trained.config.model.max_seq_len));
+                                 positions, trained.config.model.max_seq_len));
 
   auto row_text = [&](const torch::Tensor& row) {
     std::vector<int32_t> ids(row.data_ptr<int64_t>(), row.data_ptr<int64_t>() + row.numel());
@@ -180,17 +219,13 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     result.model_calls += done.model_calls;
     result.seconds += done.seconds;
   }
-  const auto token_at = result.tokens.accessor<int64_t, 2>();
-  const auto fixed_at = canvas.fixed.accessor<bool, 2>();
   for (int64_t r = 0; r < result.tokens.size(0); ++r) {
-    std::vector<int32_t> tokens, generated;
-    for (int64_t i = 0; i < result.tokens.size(1); ++i) {
-      const auto id = static_cast<int32_t>(token_at[r][i]);
-      tokens.push_back(id);
-      if (!fixed_at[r][i]) generated.push_back(id);
-    }
-    // A prefix prompt is printed by print_sample; an infill shows the whole filled template.
+    // A prefix prompt is printed by print_sample and its text ends at the first end of text; an infill shows the
+    // whole filled template.
     const bool infill = !o.infill.empty();
+    const std::vector<int32_t> generated = generated_until_end(result.tokens[r], canvas.fixed[r], process.end_id);
+    const auto all = result.tokens[r].to(torch::kInt).contiguous();
+    const std::vector<int32_t> tokens(all.data_ptr<int32_t>(), all.data_ptr<int32_t>() + all.numel());
     const std::string& prompt = prompts[static_cast<size_t>(r / copies)];
     const std::vector<int32_t>& shown = infill ? tokens : generated;
     print_sample(o, static_cast<size_t>(r), infill ? "" : prompt, tokenizer.decode(shown, o.keep_special), shown,
@@ -229,10 +264,14 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--infill", o->infill, "Diffusion: a template whose {{N}} placeholders are generated")
       ->excludes(prompt);
   cmd->add_option("--steps", o->steps, "Diffusion: denoising steps")->check(count_range(1, 1000000));
-  cmd->add_option("--sampler", o->diffusion_sampler, "Diffusion: ancestral | confidence")
-      ->check(CLI::IsMember({"ancestral", "confidence"}));
+  cmd->add_option("--sampler", o->diffusion_sampler, "Diffusion: ancestral | confidence | adaptive")
+      ->check(CLI::IsMember({"ancestral", "confidence", "adaptive"}));
   cmd->add_option("--noise-removal", o->noise_removal, "Diffusion final step: ancestral | greedy | none")
       ->check(CLI::IsMember({"ancestral", "greedy", "none"}));
+  cmd->add_option("--block-size", o->block_size,
+                  "Diffusion: generate in blocks of this many positions (semi-autoregressive); 0: the whole window")
+      ->check(count_range(0, 1 << 20));
+  cmd->add_flag("--no-cache", o->no_cache, "Diffusion in blocks: recompute the committed blocks at every step");
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
       ->check(count_range(0, 1000000));
   cmd->add_option("--min-p", o->min_p, "Diffusion: keep tokens with x̂ >= min-p times the largest")

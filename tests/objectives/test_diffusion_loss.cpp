@@ -14,12 +14,16 @@
 #include "objectives/masked_diffusion.h"
 #include "objectives/uniform_diffusion.h"
 #include "tests/fixtures.h"
+#include "tests/objectives/diffusion_fixtures.h"
 #include "tests/test_paths.h"
 #include "train/session.h"
 #include "train/window_source.h"
 
 namespace inkstone {
 namespace {
+using testing::random_batch;
+using testing::randomise;
+using testing::tiny_config;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -193,6 +197,7 @@ TEST(DiffusionTime, TrainingTimesAreStratifiedAndAffineMapped) {
   config.t_min = 0.01;
   torch::manual_seed(22);
   // Rows 2..3 of a step batch of 4, one t per token over 5 tokens: draws 10..19 of 20.
+  config.time_mix = 1.0;
   const auto drawn = sample_training_time(config, 2, 5, 2, 4, torch::kCPU);
   ASSERT_EQ(drawn.sizes(), (std::vector<int64_t>{2, 5}));
   EXPECT_EQ(drawn.scalar_type(), torch::kFloat);
@@ -202,6 +207,7 @@ TEST(DiffusionTime, TrainingTimesAreStratifiedAndAffineMapped) {
   EXPECT_LE(position.max().item<double>(), 1.0 + 1e-5);
 
   config.time_sampling = "iid";
+  config.time_mix = 0.0;
   const auto iid = sample_training_time(config, 64, 1, 0, 0, torch::kCPU);
   ASSERT_EQ(iid.sizes(), (std::vector<int64_t>{64, 1}));
   EXPECT_GE(iid.min().item<double>(), config.t_min);
@@ -230,32 +236,6 @@ TEST(DiffusionWeight, SnrDividesTheElboByTheLogSnrRateAndMaxWeightClipsIt) {
   EXPECT_TRUE(clipped.allclose(torch::clamp_max(20.0 / rate.abs(), 1.0), 1e-12, 0));
   EXPECT_LT(clipped.min().item<double>(), 0.3);  // t = 0.005 and t = 1 both have |dλ/dt| > 20
   EXPECT_EQ(clipped[4].item<double>(), 1.0);
-}
-
-// Tiny models and objectives on the byte tokenizer (support: 256 bytes and eos, N = 257).
-Config tiny_config(const std::string& objective, bool time_conditioning, const std::vector<std::string>& extra = {}) {
-  std::vector<std::string> overrides = {"objective.name=\"" + objective + "\"",
-                                        "model.time_conditioning=" + std::string(time_conditioning ? "true" : "false")};
-  overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config_from_string(
-      "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\ntie_embeddings = false\n"
-      "[data]\nseq_len = 16\n"
-      "[optim]\nlearning_rate = 3e-3\n"
-      "[schedule]\nwarmup_steps = 2\n",
-      "test.toml", overrides);
-}
-
-// Gives every parameter a small random value, so that zero-initialised time conditioning reaches the logits.
-void randomise(LanguageModelImpl& model) {
-  torch::NoGradGuard no_grad;
-  for (auto& p : model.parameters()) p.normal_(0.0, 0.1);
-}
-
-Batch random_batch(int64_t rows, int64_t length) {
-  Batch batch{torch::randint(0, 256, {rows, length}, torch::kLong), torch::ones({rows, length}, torch::kBool)};
-  batch.real.index_put_({rows - 1, torch::indexing::Slice(length - 3)}, false);  // padding at the end
-  batch.tokens.index_put_({rows - 1, torch::indexing::Slice(length - 3)}, ByteTokenizer().specials().pad);
-  return batch;
 }
 
 TEST(DiffusionObjective, ScoresAreTheClosedFormOfTheModelsLogitsAtSigma) {
@@ -350,7 +330,7 @@ TEST(DiffusionObjective, LossOnATinyModelIsFiniteNonNegativeAndHasAGradient) {
 TEST(DiffusionObjective, PerTokenTimeAndSnrWeightingTrain) {
   torch::manual_seed(34);
   const Config config =
-      tiny_config("uniform_diffusion", false, {"diffusion.per_token_t=true", "diffusion.weighting=\"snr\""});
+      tiny_config("uniform_diffusion", false, {"diffusion.time_mix=1.0", "diffusion.weighting=\"snr\""});
   auto objective = make_objective(config, ByteTokenizer());
   auto model = build_language_model(config.model, 260);
   LossOutput out = objective->loss(*model, random_batch(4, 16));

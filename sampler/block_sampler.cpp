@@ -1,0 +1,115 @@
+#include "sampler/block_sampler.h"
+
+#include <fmt/format.h>
+#include <torch/torch.h>
+
+#include <chrono>
+#include <optional>
+
+#include "core/counter_hash.h"
+#include "core/errors.h"
+#include "models/attention_mask.h"
+#include "models/kv_cache.h"
+
+namespace inkstone {
+namespace {
+
+// Logits [B, S] of a noisy block z at positions [start, start + S) after the context `committed` [B, start]: with
+// the cache (which holds the context; the block's keys are forgotten afterwards), under the block-causal rule with
+// the prompt as block −1, or bidirectionally.
+Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, const torch::Tensor& committed,
+                        int64_t prompt_length, int64_t block, KVCache* cache) {
+  return [=](const torch::Tensor& z, const torch::Tensor&) mutable {
+    ForwardArgs args;
+    args.mask = MaskMode::bidirectional;
+    if (cache) {
+      const int64_t kept = cache->length();
+      args.cache = cache;
+      auto logits = model->forward(z, args).logits;
+      cache->rewind(kept);
+      return logits;
+    }
+    const int64_t start = committed.size(1), length = start + z.size(1);
+    if (process.block_size > 0) {
+      const auto options = torch::TensorOptions().dtype(torch::kLong);
+      auto ids = torch::cat({torch::full({prompt_length}, -1, options),
+                             torch::floor_divide(torch::arange(start - prompt_length, options), block),
+                             torch::full({z.size(1)}, (start - prompt_length) / block, options)});
+      const auto noisy = torch::arange(length, options).ge(start);
+      args.allowed = block_diffusion_rule(ids, noisy, ids, noisy);
+    }
+    return model->forward(torch::cat({committed, z}, 1), args).logits.narrow(1, start, z.size(1));
+  };
+}
+
+}  // namespace
+
+BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& process,
+                                   const std::vector<int32_t>& prompt, int64_t rows, const BlockSampleOptions& options,
+                                   torch::Device device) {
+  const int64_t block = options.block_size;
+  if (block < 1) throw InputError(fmt::format("block size = {} must be >= 1", block));
+  if (options.max_new_tokens < 1)
+    throw InputError(fmt::format("max_new_tokens = {} must be >= 1", options.max_new_tokens));
+  if (options.use_cache && process.block_size <= 0)
+    throw InputError(
+        "a KV cache of committed blocks needs a model trained with diffusion.block_size > 0 "
+        "(block-causal); sample without the cache");
+  if (process.time_conditioned) throw InputError("generating in blocks needs a model without time conditioning");
+  const int64_t blocks = (options.max_new_tokens + block - 1) / block;
+  const int64_t prompt_length = static_cast<int64_t>(prompt.size());
+  const int64_t total = prompt_length + blocks * block;
+  if (total > model->config().max_seq_len)
+    throw InputError(
+        fmt::format("{} prompt tokens and {} blocks of {} make {} positions, more than "
+                    "model.max_seq_len = {}",
+                    prompt_length, blocks, block, total, model->config().max_seq_len));
+  const auto start_time = std::chrono::steady_clock::now();
+  c10::InferenceMode inference;
+  const std::vector<int64_t> prompt_ids(prompt.begin(), prompt.end());
+  auto committed = torch::tensor(prompt_ids, torch::kLong).view({1, prompt_length}).expand({rows, prompt_length});
+  committed = committed.contiguous().to(device);
+
+  BlockSampleResult result;
+  std::optional<KVCache> cache;
+  if (options.use_cache) {
+    cache.emplace(model->make_kv_cache(rows, total));
+    if (prompt_length > 0) {
+      ForwardArgs args;
+      args.mask = MaskMode::bidirectional;  // the prompt is one clean block
+      args.cache = &*cache;
+      model->forward(committed, args);
+      ++result.model_calls;
+    }
+  }
+  auto ended = torch::zeros({rows}, torch::TensorOptions().dtype(torch::kBool).device(device));
+  for (int64_t b = 0; b < blocks; ++b) {
+    DiffusionSampleOptions per_block = options.per_block;
+    if (per_block.method == DiffusionMethod::adaptive) per_block.method = DiffusionMethod::confidence;
+    per_block.seed = static_cast<int64_t>(
+        counter_hash({static_cast<uint64_t>(options.per_block.seed), static_cast<uint64_t>(b)}) >> 1);
+    const DiffusionCanvas canvas{torch::zeros({rows, block}, torch::kLong), torch::zeros({rows, block}, torch::kBool)};
+    const auto denoiser = block_denoiser(model, process, committed, prompt_length, block, cache ? &*cache : nullptr);
+    const auto done = sample_diffusion(denoiser, process, canvas, per_block, device);
+    result.model_calls += done.model_calls;
+    const auto tokens = done.tokens.to(device);
+    committed = torch::cat({committed, tokens}, 1);
+    ++result.blocks;
+    if (cache) {
+      ForwardArgs args;
+      args.mask = MaskMode::bidirectional;
+      args.cache = &*cache;
+      model->forward(tokens, args);  // the committed block joins the cache
+      ++result.model_calls;
+    }
+    if (process.end_id >= 0) ended = ended | tokens.eq(process.end_id).any(1);
+    if (ended.all().item<bool>()) break;
+  }
+  result.tokens = committed.cpu();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
+  result.fixed = torch::zeros_like(result.tokens, torch::kBool);
+  result.fixed.narrow(1, 0, prompt_length).fill_(true);
+  return result;
+}
+
+}  // namespace inkstone

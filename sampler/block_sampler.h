@@ -1,0 +1,40 @@
+// Semi-autoregressive diffusion sampling (docs/diffusion.md, "Generating in blocks"): the text after a prompt is
+// generated one block of positions at a time, each block denoised by the diffusion sampler while conditioned on the
+// prompt and the blocks committed before it, until every row has written an end of text or the budget is spent.
+// A model trained as block diffusion (diffusion.block_size > 0) reads its context under the block-causal rule, and
+// then the keys and values of the committed blocks can be kept in a KV cache: each denoising step runs the model on
+// the block alone. Any other diffusion model reads prompt, committed blocks and the noisy block bidirectionally
+// (MDLM's semi-autoregressive strides), recomputing the context at every step.
+#pragma once
+#include <cstdint>
+#include <vector>
+
+#include "models/language_model.h"
+#include "sampler/diffusion_sampler.h"
+
+namespace inkstone {
+
+struct BlockSampleOptions {
+  int64_t block_size = 16;
+  int64_t max_new_tokens = 128;  // rounded up to whole blocks
+  bool use_cache = true;         // block-diffusion models: committed blocks' keys and values are kept
+  // The sampler run on each block; steps are per block. adaptive runs as confidence (its end anchor belongs to a
+  // whole-window canvas). Block b draws with seed counter_hash(seed, b).
+  DiffusionSampleOptions per_block;
+};
+
+struct BlockSampleResult {
+  torch::Tensor tokens;  // [B, P + blocks · block_size] int64 on the CPU: the prompt, then the generated blocks
+  torch::Tensor fixed;   // [B, same] bool: true at the prompt
+  int64_t blocks = 0;
+  int64_t model_calls = 0;
+  double seconds = 0;
+};
+
+// `rows` samples continuing `prompt`. InputError when the text would pass model.max_seq_len, or for a cache with a
+// model that was not trained block-causal.
+BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& process,
+                                   const std::vector<int32_t>& prompt, int64_t rows, const BlockSampleOptions& options,
+                                   torch::Device device);
+
+}  // namespace inkstone

@@ -1,0 +1,107 @@
+// Semi-autoregressive diffusion sampling: with a block-causal model the KV cache of committed blocks gives the
+// samples of recomputing the context under the block-causal rule; a plain model generates in blocks without a
+// cache; generation stops once every row has ended its text; budgets past the context are refused.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "dataset/byte_tokenizer.h"
+#include "sampler/block_sampler.h"
+#include "tests/fixtures.h"
+
+namespace inkstone {
+namespace {
+
+DiffusionProcess byte_process(int64_t trained_block_size) {
+  DiffusionConfig config = default_config().diffusion;
+  DiffusionProcess p;
+  p.noise = DiffusionNoise::uniform;
+  p.schedule = make_noise_schedule(config);
+  p.support = std::make_shared<NoiseSupport>(ByteTokenizer(), 260, false);
+  p.end_id = ByteTokenizer().specials().eos;
+  p.block_size = trained_block_size;
+  return p;
+}
+
+LanguageModel random_model(uint64_t seed) {
+  torch::manual_seed(seed);
+  auto model = build_language_model(testing::tiny_model_config(0.3), 260);
+  model->eval();
+  return model;
+}
+
+BlockSampleOptions options_for(DiffusionMethod method, double temperature) {
+  BlockSampleOptions o;
+  o.block_size = 4;
+  o.max_new_tokens = 12;
+  o.per_block.steps = 4;
+  o.per_block.method = method;
+  o.per_block.filter.temperature = temperature;
+  o.per_block.seed = 9;
+  return o;
+}
+
+TEST(BlockSampler, TheCacheOfCommittedBlocksGivesTheSamplesOfRecomputingThem) {
+  auto model = random_model(71);
+  const auto process = byte_process(4);
+  const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
+  for (const auto& [method, temperature] :
+       {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
+    SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
+    auto options = options_for(method, temperature);
+    options.use_cache = true;
+    const auto cached = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+    options.use_cache = false;
+    const auto recomputed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+    ASSERT_EQ(cached.tokens.sizes(), (std::vector<int64_t>{3, 5 + 12}));
+    EXPECT_TRUE(cached.tokens.equal(recomputed.tokens));
+    EXPECT_TRUE(cached.tokens.narrow(1, 0, 5).equal(torch::tensor({72, 101, 108, 108, 111}).expand({3, 5})));
+    EXPECT_TRUE(cached.fixed.narrow(1, 0, 5).all().item<bool>());
+    EXPECT_FALSE(cached.fixed.narrow(1, 5, 12).any().item<bool>());
+    EXPECT_EQ(cached.blocks, 3);
+    // The block-causal rule matters: the same model read bidirectionally gives other samples.
+    const auto plain = sample_in_blocks(model, byte_process(0), prompt, 3, options, torch::kCPU);
+    EXPECT_FALSE(plain.tokens.equal(cached.tokens));
+  }
+}
+
+// A model whose every logit is 0 but end of text's: blocks add nothing (zero weights), every token embeds to the
+// same vector, and the untied head has one row, end of text's, along it.
+LanguageModel model_that_ends_every_text(int64_t end_id) {
+  auto config = testing::tiny_model_config(0.3);
+  config.tie_embeddings = false;
+  auto model = build_language_model(config, 260);
+  torch::NoGradGuard no_grad;
+  for (auto& item : model->named_parameters()) {
+    const bool keep_one = item.key() == "embed.weight" || item.key() == "final_norm.weight";
+    item.value().fill_(keep_one ? 1.0 : 0.0);
+  }
+  model->head->weight[end_id].fill_(10.0);
+  return model;
+}
+
+TEST(BlockSampler, StopsAfterTheBlockInWhichEveryRowEnded) {
+  const auto process = byte_process(4);
+  auto model = model_that_ends_every_text(process.end_id);
+  const auto result =
+      sample_in_blocks(model, process, {65}, 2, options_for(DiffusionMethod::confidence, 0.0), torch::kCPU);
+  EXPECT_EQ(result.blocks, 1);
+  EXPECT_EQ(result.tokens.size(1), 1 + 4);
+  EXPECT_TRUE(result.tokens.narrow(1, 1, 4).eq(process.end_id).all().item<bool>());
+  EXPECT_TRUE(generated_until_end(result.tokens[0], result.fixed[0], process.end_id).empty());
+}
+
+TEST(BlockSampler, RefusesACacheWithoutBlockTrainingAndTextsPastTheContext) {
+  auto model = random_model(73);
+  auto options = options_for(DiffusionMethod::ancestral, 1.0);
+  options.use_cache = true;
+  EXPECT_THROW(sample_in_blocks(model, byte_process(0), {65}, 1, options, torch::kCPU), InputError);
+  options.use_cache = false;
+  options.max_new_tokens = 64;  // 1 + 64 > max_seq_len = 64
+  EXPECT_NE(testing::input_error_of([&] {
+              sample_in_blocks(model, byte_process(0), {65}, 1, options, torch::kCPU);
+            }).find("model.max_seq_len = 64"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace inkstone

@@ -1,0 +1,198 @@
+// `inkstone gen-ppl --run-dir DIFFUSION_RUN --judge AR_RUN [--samplers
+// ancestral,greedy-tail,confidence,adaptive,semi-ar]
+//  [--steps 8,16,32,64,128] [--num N] [--max-new-tokens T] [--prompt TEXT] [--seed S] [--temperature X]
+//  [--top-p P] [--batch-size B] [--block-size S] [--device D] [--out FILE.json]`
+// The comparison diffusion papers make (Duo, MDLM): for each sampler and step count, N samples of the diffusion
+// run, their generative perplexity under a judge autoregressive model (an inkstone AR run or an imported Hugging
+// Face model) and their mean unigram entropy; a Markdown table on stdout, JSON in --out (docs/diffusion.md,
+// "Generative perplexity").
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "core/atomic_file.h"
+#include "core/errors.h"
+#include "sampler/block_sampler.h"
+#include "sampler/diffusion_canvas.h"
+#include "sampler/diffusion_sampler.h"
+#include "sampler/generative_perplexity.h"
+#include "sampler/text_samples.h"
+#include "tools/commands.h"
+#include "tools/run_setup.h"
+
+namespace inkstone::cli {
+namespace {
+
+struct GenPplOptions {
+  std::string checkpoint;
+  std::string judge;
+  std::vector<std::string> samplers = {"ancestral", "greedy-tail", "confidence", "adaptive"};
+  std::vector<int64_t> steps = {8, 16, 32, 64, 128};
+  int64_t num = 16;
+  std::optional<int64_t> max_new_tokens, seed, batch_size, block_size;
+  std::optional<double> temperature, top_p;
+  std::string prompt;
+  std::string device;
+  std::string out;
+};
+
+// A sampler name of the grid as sampler options: greedy-tail is ancestral steps with an argmax last step (Duo);
+// semi-ar is ancestral steps within each block.
+void apply_sampler_name(const std::string& name, DiffusionSampleOptions& options) {
+  options.noise_removal = NoiseRemoval::ancestral;
+  if (name == "greedy-tail" || name == "semi-ar") {
+    options.method = DiffusionMethod::ancestral;
+    if (name == "greedy-tail") options.noise_removal = NoiseRemoval::greedy;
+    return;
+  }
+  options.method = diffusion_method_from_name(name);
+}
+
+struct GridRow {
+  std::string sampler;
+  int64_t steps = 0;
+  JudgeScore judge;
+  double entropy = 0;      // mean over samples, nats
+  double mean_tokens = 0;  // generated tokens before the first end of text
+  double seconds = 0;      // sampling only
+  std::string example;     // the first sample's text
+};
+
+int gen_ppl(const GenPplOptions& o) {
+  TrainedModel run = load_trained_model(o.checkpoint, o.device);
+  if (run.objective->needs().mask == MaskMode::causal)
+    throw InputError(fmt::format("gen-ppl samples a diffusion run; '{}' is autoregressive", o.checkpoint));
+  TrainedModel judge = load_trained_model(o.judge, o.device);
+  if (judge.objective->needs().mask != MaskMode::causal)
+    throw InputError(fmt::format("--judge '{}' is not an autoregressive model", o.judge));
+  for (const auto& name : o.samplers) {
+    DiffusionSampleOptions probe;
+    apply_sampler_name(name, probe);  // refuses an unknown name before any sampling
+  }
+
+  SampleConfig sample = run.config.sample;
+  sample.seed = o.seed.value_or(sample.seed);
+  sample.temperature = o.temperature.value_or(sample.temperature);
+  sample.top_p = o.top_p.value_or(sample.top_p);
+  const int64_t new_tokens = o.max_new_tokens.value_or(sample.max_new_tokens);
+  const int64_t batch_size = o.batch_size.value_or(sample.batch_size);
+  const int64_t block_size = o.block_size.value_or(generation_block_size(sample, run.config.diffusion));
+  if (block_size < 1 && std::count(o.samplers.begin(), o.samplers.end(), "semi-ar") > 0)
+    throw InputError(
+        "the semi-ar sampler needs --block-size (the run has no sample.block_size or "
+        "diffusion.block_size)");
+  const DiffusionProcess process =
+      diffusion_process_for(*run.objective, run.config, *run.tokenizer, run.model->vocab_size());
+  const DiffusionCanvas canvas = make_canvas({prefix_row(run.tokenizer->encode(o.prompt), new_tokens)}, o.num);
+  if (canvas.tokens.size(1) + 1 > run.config.model.max_seq_len)
+    throw InputError(
+        fmt::format("{} positions (and the adaptive sampler's anchor) exceed model.max_seq_len = {}; "
+                    "lower --max-new-tokens",
+                    canvas.tokens.size(1), run.config.model.max_seq_len));
+
+  std::vector<GridRow> rows;
+  for (const auto& name : o.samplers) {
+    for (const int64_t steps : o.steps) {
+      DiffusionSampleOptions options = diffusion_sample_options(sample);
+      apply_sampler_name(name, options);
+      options.steps = steps;
+      GridRow row{name, steps};
+      std::vector<std::string> texts;
+      // The generated ids of one sampled row, with their entropy and length.
+      auto collect = [&](const torch::Tensor& tokens, const torch::Tensor& fixed) {
+        const auto ids = generated_until_end(tokens, fixed, process.end_id);
+        row.entropy += unigram_entropy(ids) / static_cast<double>(o.num);
+        row.mean_tokens += static_cast<double>(ids.size()) / static_cast<double>(o.num);
+        texts.push_back(run.tokenizer->decode(ids, false));
+      };
+      if (name == "semi-ar") {
+        // `steps` counts steps over the whole text: each block gets its share.
+        BlockSampleOptions blocks = block_sample_options(sample, block_size, process);
+        blocks.max_new_tokens = new_tokens;
+        blocks.per_block = options;
+        const int64_t count = (new_tokens + block_size - 1) / block_size;
+        blocks.per_block.steps = std::max<int64_t>(1, (steps + count - 1) / count);
+        const auto done =
+            sample_in_blocks(run.model, process, run.tokenizer->encode(o.prompt), o.num, blocks, run.device);
+        row.seconds = done.seconds;
+        for (int64_t r = 0; r < o.num; ++r) collect(done.tokens[r], done.fixed[r]);
+      }
+      for (int64_t first = 0; first < o.num && name != "semi-ar"; first += batch_size) {
+        const int64_t count = std::min(batch_size, o.num - first);
+        options.first_sequence = first;
+        const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
+        const auto done = sample_diffusion(model_denoiser(run.model), process, part, options, run.device);
+        row.seconds += done.seconds;
+        for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
+      }
+      row.judge = judge_texts(judge.model, *judge.tokenizer, texts, judge.device);
+      row.example = texts.front();
+      fmt::print(stderr, "{} at {} steps: Gen PPL {:.2f}, entropy {:.3f}, {:.1f} s\n", name, steps,
+                 row.judge.perplexity(), row.entropy, row.seconds);
+      rows.push_back(row);
+    }
+  }
+
+  fmt::print("Gen PPL of {} samples ({} new tokens{}) of {} (step {}) under the judge {} (step {})\n\n", o.num,
+             new_tokens, o.prompt.empty() ? "" : ", prompt \"" + o.prompt + "\"", o.checkpoint, run.step, o.judge,
+             judge.step);
+  fmt::print("| sampler | steps | Gen PPL | entropy (nats) | tokens | seconds |\n|---|---:|---:|---:|---:|---:|\n");
+  nlohmann::json grid = nlohmann::json::array();
+  for (const auto& row : rows) {
+    fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.1f} | {:.1f} |\n", row.sampler, row.steps, row.judge.perplexity(),
+               row.entropy, row.mean_tokens, row.seconds);
+    grid.push_back({{"sampler", row.sampler},
+                    {"steps", row.steps},
+                    {"gen_ppl", row.judge.perplexity()},
+                    {"judge_nll_sum", row.judge.nll_sum},
+                    {"judge_tokens", row.judge.tokens},
+                    {"truncated", row.judge.truncated},
+                    {"unigram_entropy", row.entropy},
+                    {"mean_tokens", row.mean_tokens},
+                    {"seconds", row.seconds},
+                    {"example", row.example}});
+  }
+  if (!o.out.empty()) {
+    const nlohmann::json report = {
+        {"run", o.checkpoint},      {"run_step", run.step}, {"judge", o.judge},
+        {"judge_step", judge.step}, {"samples", o.num},     {"max_new_tokens", new_tokens},
+        {"prompt", o.prompt},       {"seed", sample.seed},  {"temperature", sample.temperature},
+        {"top_p", sample.top_p},    {"grid", grid}};
+    write_file_atomic(o.out, report.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n");
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_gen_ppl_command(CLI::App& app, Action& action) {
+  auto o = std::make_shared<GenPplOptions>();
+  auto* cmd = app.add_subcommand(
+      "gen-ppl",
+      "Generative perplexity and entropy of a diffusion run's samples under a judge AR model, per sampler "
+      "and step count");
+  cmd->add_option("--run-dir", o->checkpoint, "Diffusion run folder (its newest checkpoint) or checkpoint")->required();
+  cmd->add_option("--judge", o->judge, "Autoregressive run folder or checkpoint (an imported HF model too)")
+      ->required();
+  cmd->add_option("--samplers", o->samplers, "ancestral, greedy-tail, confidence, adaptive, semi-ar (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"ancestral", "greedy-tail", "confidence", "adaptive", "semi-ar"}));
+  cmd->add_option("--block-size", o->block_size, "semi-ar: positions per block (default: the run's)")
+      ->check(count_range(1, 1 << 20));
+  cmd->add_option("--steps", o->steps, "Denoising step counts (comma-separated)")
+      ->delimiter(',')
+      ->check(count_range(1, 1000000));
+  cmd->add_option("--num", o->num, "Samples per grid point")->check(count_range(1, 1000000));
+  cmd->add_option("--max-new-tokens", o->max_new_tokens, "Positions to generate")->check(count_range(1, 1 << 24));
+  cmd->add_option("--prompt", o->prompt, "Prefix every sample continues (default: none)");
+  cmd->add_option("--seed", o->seed, "Sampling seed")->check(count_range(0, INT64_MAX));
+  cmd->add_option("--temperature", o->temperature, "On x̂; 0: argmax")->check(CLI::Range(0.0, 100.0));
+  cmd->add_option("--top-p", o->top_p, "Nucleus mass on x̂")->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--batch-size", o->batch_size, "Sequences per denoiser call")->check(count_range(1, 1 << 20));
+  cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the runs')");
+  cmd->add_option("--out", o->out, "Also write the grid as JSON here");
+  cmd->callback([o, &action] { action = [o] { return gen_ppl(*o); }; });
+}
+
+}  // namespace inkstone::cli
