@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 
 #include "core/utf8.h"
 
@@ -52,6 +53,7 @@ void TokenizerStats::add(const TokenizerStats& o) {
   character_splitting_tokens += o.character_splitting_tokens;
   numbers += o.numbers, aligned_numbers += o.aligned_numbers;
   line_breaks += o.line_breaks, line_breaks_alone += o.line_breaks_alone;
+  for (const auto& [piece, count] : o.token_counts) token_counts[piece] += count;
 }
 
 double TokenizerStats::bytes_per_token() const { return static_cast<double>(bytes) / std::max<int64_t>(tokens, 1); }
@@ -66,6 +68,16 @@ double TokenizerStats::line_break_purity() const {
   return line_breaks == 0 ? 1.0 : static_cast<double>(line_breaks_alone) / static_cast<double>(line_breaks);
 }
 
+double TokenizerStats::unigram_bits_per_byte() const {
+  if (tokens == 0 || bytes == 0) return 0.0;
+  double bits = 0;
+  for (const auto& [piece, count] : token_counts) {
+    const double p = static_cast<double>(count) / static_cast<double>(tokens);
+    bits -= p * std::log2(p);
+  }
+  return bits * static_cast<double>(tokens) / static_cast<double>(bytes);
+}
+
 TokenizerStats tokenizer_stats(std::string_view text, const std::vector<std::string>& pieces) {
   TokenizerStats s;
   s.bytes = static_cast<int64_t>(text.size());
@@ -75,6 +87,7 @@ TokenizerStats tokenizer_stats(std::string_view text, const std::vector<std::str
   std::vector<size_t> cuts = {0};  // byte offset where each token starts, then the end
   for (const auto& piece : pieces) {
     s.single_byte_tokens += piece.size() == 1;
+    ++s.token_counts[piece];
     joined += piece;
     cuts.push_back(joined.size());
   }

@@ -5,7 +5,7 @@
 // The comparison diffusion papers make (Duo, MDLM): for each sampler and step count, N samples of the diffusion
 // run, their generative perplexity under a judge autoregressive model (an inkstone AR run or an imported Hugging
 // Face model) and their mean unigram entropy; a Markdown table on stdout, JSON in --out (docs/diffusion.md,
-// "Generative perplexity").
+// "Generative perplexity"). An autoregressive run in --run-dir gives the baseline row of its own samples.
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -13,6 +13,8 @@
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
+#include "dataset/prompt_format.h"
+#include "sampler/ar_sampler.h"
 #include "sampler/block_sampler.h"
 #include "sampler/diffusion_canvas.h"
 #include "sampler/diffusion_sampler.h"
@@ -59,10 +61,36 @@ struct GridRow {
   std::string example;     // the first sample's text
 };
 
+int report(const GenPplOptions& o, const TrainedModel& run, const TrainedModel& judge, const SampleConfig& sample,
+           int64_t new_tokens, const std::vector<GridRow>& rows);
+
+// An autoregressive run's samples scored the same way, the baseline of the table: one row, `autoregressive`.
+GridRow autoregressive_row(const GenPplOptions& o, TrainedModel& run, TrainedModel& judge, const SampleConfig& sample,
+                           int64_t new_tokens) {
+  const PromptFormat format(run.config.chat, *run.tokenizer);
+  SampleConfig settings = sample;
+  settings.num = o.num;
+  settings.max_new_tokens = new_tokens;
+  const ArSampleResult done =
+      sample_autoregressive(run.model, {format.encode(o.prompt)}, ar_sample_options(settings, format));
+  GridRow row{"autoregressive", 0};
+  row.seconds = done.seconds;
+  std::vector<std::string> texts;
+  for (const ArSample& s : done.samples) {
+    std::vector<int32_t> ids = s.tokens;
+    if (s.finish == FinishReason::eos && !ids.empty()) ids.pop_back();  // the end of text, as diffusion texts
+    row.entropy += unigram_entropy(ids) / static_cast<double>(o.num);
+    row.mean_tokens += static_cast<double>(ids.size()) / static_cast<double>(o.num);
+    texts.push_back(run.tokenizer->decode(ids, false));
+  }
+  row.judge = judge_texts(judge.model, *judge.tokenizer, texts, judge.device);
+  row.example = texts.front();
+  return row;
+}
+
 int gen_ppl(const GenPplOptions& o) {
   TrainedModel run = load_trained_model(o.checkpoint, o.device);
-  if (run.objective->needs().mask == MaskMode::causal)
-    throw InputError(fmt::format("gen-ppl samples a diffusion run; '{}' is autoregressive", o.checkpoint));
+  const bool autoregressive = run.objective->needs().mask == MaskMode::causal;
   TrainedModel judge = load_trained_model(o.judge, o.device);
   if (judge.objective->needs().mask != MaskMode::causal)
     throw InputError(fmt::format("--judge '{}' is not an autoregressive model", o.judge));
@@ -76,6 +104,11 @@ int gen_ppl(const GenPplOptions& o) {
   sample.temperature = o.temperature.value_or(sample.temperature);
   sample.top_p = o.top_p.value_or(sample.top_p);
   const int64_t new_tokens = o.max_new_tokens.value_or(sample.max_new_tokens);
+  std::vector<GridRow> rows;
+  if (autoregressive) {
+    rows.push_back(autoregressive_row(o, run, judge, sample, new_tokens));
+    return report(o, run, judge, sample, new_tokens, rows);
+  }
   const int64_t batch_size = o.batch_size.value_or(sample.batch_size);
   const int64_t block_size = o.block_size.value_or(generation_block_size(sample, run.config.diffusion));
   if (block_size < 1 && std::count(o.samplers.begin(), o.samplers.end(), "semi-ar") > 0)
@@ -91,7 +124,6 @@ int gen_ppl(const GenPplOptions& o) {
                     "lower --max-new-tokens",
                     canvas.tokens.size(1), run.config.model.max_seq_len));
 
-  std::vector<GridRow> rows;
   for (const auto& name : o.samplers) {
     for (const int64_t steps : o.steps) {
       DiffusionSampleOptions options = diffusion_sample_options(sample);
@@ -134,14 +166,21 @@ int gen_ppl(const GenPplOptions& o) {
     }
   }
 
+  return report(o, run, judge, sample, new_tokens, rows);
+}
+
+// The table on stdout and the JSON in --out.
+int report(const GenPplOptions& o, const TrainedModel& run, const TrainedModel& judge, const SampleConfig& sample,
+           int64_t new_tokens, const std::vector<GridRow>& rows) {
   fmt::print("Gen PPL of {} samples ({} new tokens{}) of {} (step {}) under the judge {} (step {})\n\n", o.num,
              new_tokens, o.prompt.empty() ? "" : ", prompt \"" + o.prompt + "\"", o.checkpoint, run.step, o.judge,
              judge.step);
   fmt::print("| sampler | steps | Gen PPL | entropy (nats) | tokens | seconds |\n|---|---:|---:|---:|---:|---:|\n");
   nlohmann::json grid = nlohmann::json::array();
   for (const auto& row : rows) {
-    fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.1f} | {:.1f} |\n", row.sampler, row.steps, row.judge.perplexity(),
-               row.entropy, row.mean_tokens, row.seconds);
+    fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.1f} | {:.1f} |\n", row.sampler,
+               row.steps > 0 ? std::to_string(row.steps) : "-", row.judge.perplexity(), row.entropy, row.mean_tokens,
+               row.seconds);
     grid.push_back({{"sampler", row.sampler},
                     {"steps", row.steps},
                     {"gen_ppl", row.judge.perplexity()},
@@ -172,7 +211,9 @@ void add_gen_ppl_command(CLI::App& app, Action& action) {
       "gen-ppl",
       "Generative perplexity and entropy of a diffusion run's samples under a judge AR model, per sampler "
       "and step count");
-  cmd->add_option("--run-dir", o->checkpoint, "Diffusion run folder (its newest checkpoint) or checkpoint")->required();
+  cmd->add_option("--run-dir", o->checkpoint,
+                  "Run folder (its newest checkpoint) or checkpoint: diffusion, or autoregressive for a baseline row")
+      ->required();
   cmd->add_option("--judge", o->judge, "Autoregressive run folder or checkpoint (an imported HF model too)")
       ->required();
   cmd->add_option("--samplers", o->samplers, "ancestral, greedy-tail, confidence, adaptive, semi-ar (comma-separated)")

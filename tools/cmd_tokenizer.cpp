@@ -11,6 +11,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "dataset/bpe_trainer.h"
+#include "dataset/data_prepare.h"
 #include "dataset/tokenizer.h"
 #include "dataset/tokenizer_stats.h"
 #include "tools/commands.h"
@@ -26,13 +27,16 @@ std::string read_file_or_throw(const std::string& path) {
 
 struct TrainOptions {
   std::vector<std::string> inputs;
+  std::string preset;  // fortunes: the files `data prepare --preset fortunes` reads
   int32_t vocab = 0;
   std::string out;
   std::vector<std::string> specials;
 };
 
 int run_train(const TrainOptions& o) {
-  const std::vector<std::filesystem::path> files(o.inputs.begin(), o.inputs.end());
+  std::vector<std::filesystem::path> files(o.inputs.begin(), o.inputs.end());
+  if (o.preset == "fortunes") files = fortune_files(kFortunesFolder);
+  if (files.empty()) throw InputError("give --input FILE... or --preset fortunes");
   const BpeTrainResult result = train_bpe(files, o.vocab, o.specials);
   const size_t merges = result.tokenizer->merges().size();
   std::filesystem::create_directories(o.out);
@@ -90,6 +94,8 @@ int run_stats(const std::string& spec, const std::vector<std::string>& files) {
   fmt::print("bytes per token (compression): {:.3f}\n", s.bytes_per_token());
   fmt::print("tokens per word (fertility): {:.3f}\n", s.tokens_per_word());
   fmt::print("single-byte tokens: {:.2f}%\n", 100.0 * s.single_byte_tokens / std::max<double>(s.tokens, 1));
+  fmt::print("unigram entropy: {:.3f} bits per byte ({} distinct tokens)\n", s.unigram_bits_per_byte(),
+             s.token_counts.size());
   if (s.byte_exact) {
     fmt::print("tokens splitting a UTF-8 character: {:.2f}%\n", 100.0 * s.character_split_rate());
     fmt::print("numbers cut right to left in equal groups: {:.2f}% of {}\n", 100.0 * s.digit_alignment(), s.numbers);
@@ -111,7 +117,10 @@ void add_tokenizer_command(CLI::App& app, Action& action) {
 
   auto train = std::make_shared<TrainOptions>();
   auto* train_cmd = cmd->add_subcommand("train", "Learn byte-level BPE merges; writes OUT/tokenizer.json");
-  train_cmd->add_option("--input", train->inputs, "Training text files")->required()->check(CLI::ExistingFile);
+  auto* inputs = train_cmd->add_option("--input", train->inputs, "Training text files")->check(CLI::ExistingFile);
+  auto* preset = train_cmd->add_option("--preset", train->preset, "Train on a known corpus: fortunes (the demo's)")
+                     ->check(CLI::IsMember({"fortunes"}));
+  inputs->excludes(preset);
   train_cmd->add_option("--vocab", train->vocab, "Vocabulary size, special tokens included")->required();
   train_cmd->add_option("--out", train->out, "Output folder")->required();
   train_cmd->add_option("--special", train->specials, "Extra special tokens after bos/eos/pad/mask");
@@ -135,7 +144,7 @@ void add_tokenizer_command(CLI::App& app, Action& action) {
 
   auto files = std::make_shared<std::vector<std::string>>();
   auto* stats_cmd =
-      cmd->add_subcommand("stats", "Compression, fertility, UTF-8 character splits, digit alignment, line breaks");
+      cmd->add_subcommand("stats", "Compression, fertility, UTF-8 character splits, digit alignment, line breaks, unigram entropy");
   stats_cmd->add_option("--tokenizer", *spec, kSpecHelp)->required();
   stats_cmd->add_option("files", *files, "Text files")->required();
   stats_cmd->callback([&action, spec, files] { action = [spec, files] { return run_stats(*spec, *files); }; });

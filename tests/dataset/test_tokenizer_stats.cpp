@@ -2,6 +2,8 @@
 // the byte tokenizer, which splits every multi-byte character and cuts numbers digit by digit.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "dataset/byte_tokenizer.h"
 #include "dataset/tokenizer_stats.h"
 
@@ -16,6 +18,15 @@ TEST(TokenizerStats, CompressionAndFertility) {
   EXPECT_DOUBLE_EQ(s.bytes_per_token(), 11.0 / 4);
   EXPECT_DOUBLE_EQ(s.tokens_per_word(), 4.0 / 3);
   EXPECT_TRUE(s.byte_exact);
+}
+
+// ab ab c d: p = 1/2, 1/4, 1/4, so 1.5 bits a token; 4 tokens over 6 bytes is 1 bit a byte. Counts add over texts.
+TEST(TokenizerStats, UnigramEntropyPerByte) {
+  auto s = tokenizer_stats("ababcd", {"ab", "ab", "c", "d"});
+  EXPECT_DOUBLE_EQ(s.unigram_bits_per_byte(), 1.0);
+  s.add(tokenizer_stats("cd", {"c", "d"}));  // ab 2, c 2, d 2 over 8 bytes: log2(3) · 6 / 8
+  EXPECT_NEAR(s.unigram_bits_per_byte(), std::log2(3.0) * 6.0 / 8.0, 1e-15);
+  EXPECT_EQ(tokenizer_stats("aaaa", ByteTokenizer()).unigram_bits_per_byte(), 0.0);
 }
 
 // "é" is two bytes, "€" three: a token that starts or ends inside either splits it.
