@@ -59,6 +59,19 @@ struct GridRow {
   double mean_tokens = 0;  // generated tokens before the first end of text
   double seconds = 0;      // sampling only
   std::string example;     // the first sample's text
+  std::vector<std::string> texts;
+
+  // One of `num` samples: its generated ids (without the end of text) and their text.
+  void add_sample(const std::vector<int32_t>& ids, std::string text, int64_t num) {
+    entropy += unigram_entropy(ids) / static_cast<double>(num);
+    mean_tokens += static_cast<double>(ids.size()) / static_cast<double>(num);
+    texts.push_back(std::move(text));
+  }
+  // The judge's score of every sample added.
+  void score_with(TrainedModel& judge) {
+    this->judge = judge_texts(judge.model, *judge.tokenizer, texts, judge.device);
+    example = texts.front();
+  }
 };
 
 int report(const GenPplOptions& o, const TrainedModel& run, const TrainedModel& judge, const SampleConfig& sample,
@@ -75,16 +88,12 @@ GridRow autoregressive_row(const GenPplOptions& o, TrainedModel& run, TrainedMod
       sample_autoregressive(run.model, {format.encode(o.prompt)}, ar_sample_options(settings, format));
   GridRow row{"autoregressive", 0};
   row.seconds = done.seconds;
-  std::vector<std::string> texts;
   for (const ArSample& s : done.samples) {
     std::vector<int32_t> ids = s.tokens;
     if (s.finish == FinishReason::eos && !ids.empty()) ids.pop_back();  // the end of text, as diffusion texts
-    row.entropy += unigram_entropy(ids) / static_cast<double>(o.num);
-    row.mean_tokens += static_cast<double>(ids.size()) / static_cast<double>(o.num);
-    texts.push_back(run.tokenizer->decode(ids, false));
+    row.add_sample(ids, run.tokenizer->decode(ids, false), o.num);
   }
-  row.judge = judge_texts(judge.model, *judge.tokenizer, texts, judge.device);
-  row.example = texts.front();
+  row.score_with(judge);
   return row;
 }
 
@@ -94,10 +103,6 @@ int gen_ppl(const GenPplOptions& o) {
   TrainedModel judge = load_trained_model(o.judge, o.device);
   if (judge.objective->needs().mask != MaskMode::causal)
     throw InputError(fmt::format("--judge '{}' is not an autoregressive model", o.judge));
-  for (const auto& name : o.samplers) {
-    DiffusionSampleOptions probe;
-    apply_sampler_name(name, probe);  // refuses an unknown name before any sampling
-  }
 
   SampleConfig sample = run.config.sample;
   sample.seed = o.seed.value_or(sample.seed);
@@ -130,13 +135,10 @@ int gen_ppl(const GenPplOptions& o) {
       apply_sampler_name(name, options);
       options.steps = steps;
       GridRow row{name, steps};
-      std::vector<std::string> texts;
-      // The generated ids of one sampled row, with their entropy and length.
+      // The generated ids of one sampled row.
       auto collect = [&](const torch::Tensor& tokens, const torch::Tensor& fixed) {
         const auto ids = generated_until_end(tokens, fixed, process.end_id);
-        row.entropy += unigram_entropy(ids) / static_cast<double>(o.num);
-        row.mean_tokens += static_cast<double>(ids.size()) / static_cast<double>(o.num);
-        texts.push_back(run.tokenizer->decode(ids, false));
+        row.add_sample(ids, run.tokenizer->decode(ids, false), o.num);
       };
       if (name == "semi-ar") {
         // `steps` counts steps over the whole text: each block gets its share.
@@ -149,17 +151,17 @@ int gen_ppl(const GenPplOptions& o) {
             sample_in_blocks(run.model, process, run.tokenizer->encode(o.prompt), o.num, blocks, run.device);
         row.seconds = done.seconds;
         for (int64_t r = 0; r < o.num; ++r) collect(done.tokens[r], done.fixed[r]);
+      } else {
+        for (int64_t first = 0; first < o.num; first += batch_size) {
+          const int64_t count = std::min(batch_size, o.num - first);
+          options.first_sequence = first;
+          const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
+          const auto done = sample_diffusion(model_denoiser(run.model), process, part, options, run.device);
+          row.seconds += done.seconds;
+          for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
+        }
       }
-      for (int64_t first = 0; first < o.num && name != "semi-ar"; first += batch_size) {
-        const int64_t count = std::min(batch_size, o.num - first);
-        options.first_sequence = first;
-        const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
-        const auto done = sample_diffusion(model_denoiser(run.model), process, part, options, run.device);
-        row.seconds += done.seconds;
-        for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
-      }
-      row.judge = judge_texts(judge.model, *judge.tokenizer, texts, judge.device);
-      row.example = texts.front();
+      row.score_with(judge);
       fmt::print(stderr, "{} at {} steps: Gen PPL {:.2f}, entropy {:.3f}, {:.1f} s\n", name, steps,
                  row.judge.perplexity(), row.entropy, row.seconds);
       rows.push_back(row);
