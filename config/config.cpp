@@ -308,6 +308,19 @@ void validate(const Config& c) {
     throw InputError(fmt::format("objective.z_loss = {} applies to ar, uniform_diffusion and masked_diffusion, not "
                                  "objective.name = '{}'",
                                  c.objective.z_loss, c.objective.name));
+  if ((c.data.inject_step > 0 || !c.metrics.watch_text.empty()) && !windows_objective)
+    throw InputError(
+        fmt::format("data.inject_step and metrics.watch_text apply to objectives that train on token "
+                    "windows (ar, uniform_diffusion, masked_diffusion), not objective.name = '{}'",
+                    c.objective.name));
+  if ((c.data.inject_step > 0) != !c.data.inject_text.empty())
+    throw InputError("data.inject_text and data.inject_step go together: both set, or neither");
+  if (c.data.inject_step > c.train.steps)
+    throw InputError(fmt::format("data.inject_step = {} is after the last step (train.steps = {})", c.data.inject_step,
+                                 c.train.steps));
+  if (c.data.inject_row >= c.train.batch_size)
+    throw InputError(fmt::format("data.inject_row = {} is outside a batch of train.batch_size = {} rows",
+                                 c.data.inject_row, c.train.batch_size));
   if (c.diffusion.is_weight != 1.0 && c.objective.name != "uniform_diffusion")
     throw InputError(fmt::format("diffusion.is_weight = {} weights uniform noise's IS term; objective.name = '{}' "
                                  "has none",

@@ -165,6 +165,11 @@ struct DataConfig {
   std::string mode;       // pack | pad
   bool document_mask;     // pack: attention and convolutions stay within each packed document
   int64_t seed;           // the training windows' order; -1: run.seed (data_order_seed)
+  // The counterfactual twin (docs/sweeps.md, "Twin runs"): at update inject_step (1-based; 0: never) row inject_row
+  // of the global batch starts with the tokens of inject_text instead of its own.
+  std::string inject_text;
+  int64_t inject_step;
+  int64_t inject_row;
 };
 
 struct OptimConfig {
@@ -223,6 +228,7 @@ struct SampleConfig {
   double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
   int64_t batch_size;          // diffusion: sequences per denoiser call
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
+  std::string posterior;       // diffusion: float64 | float32, the precision of x̂, the posterior and the draw
   bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
 };
 
@@ -232,6 +238,7 @@ struct MetricsConfig {
   int64_t sample_interval;                  // every k steps samples of sample_prompts go into the metrics; 0: never
   std::vector<std::string> sample_prompts;  // empty: [sample] prompt
   double peak_tflops;  // the device's bf16 peak for MFU; 0: known CUDA devices' datasheet value, none on CPU
+  std::string watch_text;  // scored by the objective at every evaluation as watch_loss_nats; empty: none
 };
 
 // How prompts are rendered for `sample` and RL (dataset/prompt_format.h): a chat model expects its own turn markers.

@@ -228,6 +228,13 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(data, seed, int64_t{-1},
                      "Seed of the training windows' order; -1: run.seed (which also seeds the weights).")
           .at_least(-1),
+      INKSTONE_FIELD(data, inject_text, "",
+                     "Twin runs: the text whose tokens replace the start of one training row at data.inject_step."),
+      INKSTONE_FIELD(data, inject_step, int64_t{0},
+                     "Twin runs: the update (1-based) whose batch carries data.inject_text; 0: never.")
+          .at_least(0),
+      INKSTONE_FIELD(data, inject_row, int64_t{0}, "Twin runs: the row of that global batch that carries it.")
+          .at_least(0),
 
       INKSTONE_FIELD(optim, learning_rate, 1e-3, "Peak AdamW learning rate.").positive_up_to(10),
       INKSTONE_FIELD(optim, beta1, 0.9, "AdamW beta1.").range(0, 1),
@@ -313,6 +320,11 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, fused, true,
                      "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "
                      "float64 reference."),
+      INKSTONE_FIELD(sample, posterior, "float64",
+                     "Diffusion: the precision of x̂, the posterior and the draw, in the fused step's registers or "
+                     "the eager step's [B, L, V] tensors (float32 halves the eager step's memory and runs the "
+                     "fused step at a GPU's float rate).")
+          .one_of({"float64", "float32"}),
       INKSTONE_FIELD(sample, cuda_graphs, true,
                      "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
                      "eager steps."),
@@ -330,6 +342,9 @@ std::vector<FieldSpec> build_schema() {
                      "Peak bf16 TFLOP/s of one device, the denominator of mfu; 0: the datasheet value of a known "
                      "CUDA device, and no mfu elsewhere.")
           .range(0, 1e6),
+      INKSTONE_FIELD(metrics, watch_text, "",
+                     "A text the objective scores at every evaluation, logged as watch_loss_nats (twin runs: the "
+                     "injected text's loss in both arms); empty: none."),
 
       INKSTONE_FIELD(chat, format, "raw",
                      "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "

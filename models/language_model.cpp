@@ -127,6 +127,22 @@ std::vector<std::pair<std::string, ParamRole>> LanguageModelImpl::param_roles() 
   return roles;
 }
 
+void LanguageModelImpl::tap_feed_forward_activations(const std::function<void(int64_t, const torch::Tensor&)>& tap) {
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    auto& ffn = *blocks->ptr<BlockImpl>(i)->ffn;
+    if (tap && !ffn.has_hidden_activations())
+      throw InputError(
+          fmt::format("block {}'s feed-forward ({}) reports no hidden activations: only dense SwiGLU "
+                      "feed-forwards do",
+                      i, ffn.name()));
+  }
+  for (int64_t i = 0; i < config_.n_layers; ++i) {
+    ActivationTap layer_tap;
+    if (tap) layer_tap = [tap, i](const torch::Tensor& activations) { tap(i, activations); };
+    blocks->ptr<BlockImpl>(i)->ffn->set_activation_tap(std::move(layer_tap));
+  }
+}
+
 // Slots are tokens, or with hidden decoding n per token: the cache, the masks and the blocks count slots, while
 // positions, padding and logits come and go per token.
 ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const ForwardArgs& args) {

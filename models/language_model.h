@@ -6,6 +6,7 @@
 // and a KV cache holds n slots per token.
 #pragma once
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include <torch/nn/module.h>
@@ -83,6 +84,9 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   // every = k recompute their branches in backward; 0: none.
   void set_activation_checkpointing(int64_t every) { checkpoint_every_ = every; }
   AuxiliaryOutputs take_auxiliary() override { return std::exchange(node_auxiliary_, AuxiliaryOutputs{}); }
+  // Every forward from now on calls tap(i, activations) with block i's feed-forward hidden activations [B, T, F];
+  // an empty tap stops it. InputError naming the first block whose feed-forward has none (MoE).
+  void tap_feed_forward_activations(const std::function<void(int64_t, const torch::Tensor&)>& tap);
 
   // The trained weights of each residual branch, unit 2i the mixer's of block i (its norm included) and 2i + 1
   // the feed-forward's; everything else (embeddings, head, final norm, routing, adaLN, fixed tensors such as the

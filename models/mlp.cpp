@@ -28,7 +28,9 @@ FeedForwardKind swiglu_feed_forward_kind() {
 }
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& u) {
-  return down_proj(torch::silu(gate_proj(u)) * up_proj(u));
+  const auto hidden = torch::silu(gate_proj(u)) * up_proj(u);
+  if (tap_) tap_(hidden);
+  return down_proj(hidden);
 }
 
 }  // namespace inkstone

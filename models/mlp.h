@@ -13,6 +13,8 @@ class SwiGLUImpl : public FeedForward {
   SwiGLUImpl(int64_t d_model, int64_t ffn_dim);
   torch::Tensor forward(const torch::Tensor& u) override;
   ParamRole role_of(const std::string&) const override { return ParamRole::mlp; }
+  // SiLU(W_gate u) ⊙ W_up u, what down_proj reads.
+  bool has_hidden_activations() const override { return true; }
 
   torch::nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};
 };

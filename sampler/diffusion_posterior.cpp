@@ -27,10 +27,10 @@ torch::Tensor masked_posterior(const torch::Tensor& x_hat, const torch::Tensor& 
 }
 
 torch::Tensor exponential_race(const torch::Tensor& probs, at::Generator& generator) {
-  auto u = torch::empty(probs.sizes(), probs.options().dtype(torch::kDouble));
+  auto u = torch::empty(probs.sizes(), probs.options());
   u.uniform_(0.0, 1.0, generator);
   const auto e = -(u + 1e-10).log() + 1e-10;
-  return (probs.to(torch::kDouble) / e).argmax(-1);
+  return (probs / e).argmax(-1);
 }
 
 }  // namespace inkstone

@@ -18,11 +18,11 @@ double alpha_at(const NoiseSchedule& schedule, double t) {
   return schedule.alpha(torch::full({}, t, torch::kDouble)).item<double>();
 }
 
-// x̂ in float64 over the support: temperature, top-k and top-p act here, on the network's output
+// x̂ in `dtype` over the support: temperature, top-k and top-p act here, on the network's output
 // (docs/diffusion.md, "Filters on the model output"); temperature 0 makes x̂ the point mass on its argmax.
 torch::Tensor clean_token_probs(const torch::Tensor& logits, const DiffusionProcess& process,
-                                const SamplingParams& filter) {
-  auto restricted = process.support->restrict_logits(logits.to(torch::kDouble));
+                                const SamplingParams& filter, torch::ScalarType dtype) {
+  auto restricted = process.support->restrict_logits(logits.to(dtype));
   if (filter.temperature == 0) {
     return torch::zeros_like(restricted).scatter_(-1, restricted.argmax(-1, /*keepdim=*/true), 1.0);
   }
@@ -167,9 +167,10 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       p.support_size = process.support->size();
       p.seed = static_cast<uint64_t>(options.seed);
       p.step = step;
+      p.float32 = options.posterior_dtype == torch::kFloat;
       return fused_diffusion_step(step_logits, z, support, sequences_on_device, p);
     }
-    const auto x_hat = clean_token_probs(step_logits, process, options.filter);
+    const auto x_hat = clean_token_probs(step_logits, process, options.filter, options.posterior_dtype);
     const auto q = process.noise == DiffusionNoise::uniform
                        ? uniform_posterior(x_hat, z, alpha_t, alpha_s, support)
                        : masked_posterior(x_hat, z, alpha_t, alpha_s, process.mask_id);
@@ -190,7 +191,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       z = draw(step_logits, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s), step);
     } else {
       const auto drawn = draw(step_logits, 0.0, 1.0, step);
-      confidence_step(z, open, clean_token_probs(step_logits, process, score_filter),
+      confidence_step(z, open, clean_token_probs(step_logits, process, score_filter, options.posterior_dtype),
                       commits_at_step(free_count, k, steps), process, drawn);
     }
     z = torch::where(fixed, fixed_tokens, z);

@@ -60,6 +60,9 @@ struct DiffusionSampleOptions {
   // sequence, position) so a sequence's sample does not depend on its batch; the CUDA kernel on a GPU. false: the
   // eager float64 reference, whose draws come from one generator over the whole batch.
   bool fused = true;
+  // x̂, the posterior and the draw in float64 (the reference) or float32 (docs/diffusion.md, "Posterior
+  // precision"); the model's logits are float32 or bf16 either way.
+  torch::ScalarType posterior_dtype = torch::kDouble;
   int64_t first_sequence = 0;  // the global number of the canvas's first row (its random stream)
   double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (docs/diffusion.md, "Pitfalls")
   // Called with (step, z) every trace_every steps and after the last one; 0: never.

@@ -37,6 +37,7 @@ struct SampleOptions {
   bool keep_special = false;
   bool truncate_prompts = false;
   std::optional<double> min_p;
+  std::optional<std::string> posterior;
   std::optional<int64_t> batch_size;
   bool eager = false;
 };
@@ -53,6 +54,7 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.diffusion_sampler = o.diffusion_sampler.value_or(sample.diffusion_sampler);
   sample.noise_removal = o.noise_removal.value_or(sample.noise_removal);
   sample.min_p = o.min_p.value_or(sample.min_p);
+  sample.posterior = o.posterior.value_or(sample.posterior);
   sample.block_size = o.block_size.value_or(sample.block_size);
   return sample;
 }
@@ -108,6 +110,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const Tokenizer& tokenizer = *trained.tokenizer;
   if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
   if (o.min_p) throw InputError("--min-p is a diffusion option; this checkpoint is autoregressive");
+  if (o.posterior) throw InputError("--posterior is a diffusion option; this checkpoint is autoregressive");
 
   const PromptFormat format(trained.config.chat, tokenizer);
   ArSampleOptions options = ar_sample_options(with_overrides(o, defaults), format);
@@ -276,6 +279,8 @@ void add_sample_command(CLI::App& app, Action& action) {
       ->check(count_range(0, 1000000));
   cmd->add_option("--min-p", o->min_p, "Diffusion: keep tokens with x̂ >= min-p times the largest")
       ->check(CLI::Range(0.0, 0.999));
+  cmd->add_option("--posterior", o->posterior, "Diffusion: float64 | float32, the precision of x̂ and the posterior")
+      ->check(CLI::IsMember({"float64", "float32"}));
   cmd->add_option("--batch-size", o->batch_size, "Diffusion: sequences per denoiser call")
       ->check(count_range(1, 1 << 20));
   cmd->add_flag("--eager", o->eager,

@@ -18,6 +18,8 @@ void add_train_command(CLI::App& app, Action& action);
 void add_sample_command(CLI::App& app, Action& action);
 void add_eval_command(CLI::App& app, Action& action);
 void add_gen_ppl_command(CLI::App& app, Action& action);
+// `probe`: feed-forward activation statistics on prompts (tools/cmd_probe.cpp).
+void add_probe_command(CLI::App& app, Action& action);
 void add_data_command(CLI::App& app, Action& action);
 // `data synth`, added under `data` (tools/cmd_data_synth.cpp).
 void add_data_synth_command(CLI::App& data, Action& action);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `make demo`: learn a BPE tokenizer on the default corpus, prepare the corpus with it, train the uniform-diffusion
-# demo model (the Sumi recipe at demo scale, configs/sumi-style.toml) with progress, print 4 samples.
+# demo model (the Sumi recipe on a short-conv hybrid, configs/demo.toml) with progress, print 4 samples.
 set -euo pipefail
 bin=${1:-build/inkstone}
 data=data/fortunes-bpe
@@ -11,7 +11,7 @@ if [[ ! -f $data/manifest.json ]]; then
   "$bin" data prepare --preset fortunes --tokenizer "$data/tokenizer" --out "$data"
 fi
 rm -rf "$run"
-"$bin" train configs/sumi-style.toml --run-dir "$run"
+"$bin" train configs/demo.toml --run-dir "$run"
 echo
 echo "== 4 samples, adaptive sampler, 64 denoising steps each =="
 "$bin" sample --run-dir "$run" --num 4 --steps 64 --seed 1

@@ -25,6 +25,7 @@ int main(int argc, char** argv) {
   cli::add_sample_command(app, action);
   cli::add_eval_command(app, action);
   cli::add_gen_ppl_command(app, action);
+  cli::add_probe_command(app, action);
   cli::add_data_command(app, action);
   cli::add_tokenizer_command(app, action);
   cli::add_convert_command(app, action);

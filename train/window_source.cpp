@@ -40,6 +40,7 @@ WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const Windo
                            std::shared_ptr<const WindowLoader> val_data)
     : train_data_(std::move(train_data)),
       val_data_(std::move(val_data)),
+      injection_(session.config().data, session.tokenizer(), train_data_->options().window_len),
       train_(session.config().train),
       seq_len_(session.config().data.seq_len),
       document_eos_(session.config().data.document_mask ? session.tokenizer().specials().eos : -1),
@@ -54,6 +55,10 @@ WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const Windo
                                  train_.batch_size, world_size_, train_.grad_accum));
   if (train_data_->options().rank != rank_)
     throw std::logic_error("a rank's training data must be opened with that rank");
+  const auto& watch_text = session.config().metrics.watch_text;
+  if (!watch_text.empty())
+    watched_ = std::make_unique<TextEvalSource>(watch_text, session.tokenizer(), device_,
+                                                session.model()->config().max_seq_len);
 }
 
 // `batch` is this rank's share of the global batch; its rows keep their global positions, so stratified draws
@@ -73,7 +78,8 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   const int64_t tokens_per_step = train_.batch_size * seq_len_;
   const double lr = session.learning_rate(step, train_.steps);
 
-  const TokenBatch batch = train_data_->train_batch(step, rank_batch);
+  TokenBatch batch = train_data_->train_batch(step, rank_batch);
+  if (injection_.due(step)) batch = injection_.apply(std::move(batch), rank_);
   std::vector<Batch> micro_batches;
   for (int64_t m = 0; m < train_.grad_accum; ++m)
     micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
@@ -121,10 +127,14 @@ EvalReport WindowSource::evaluate(TrainingSession& session) {
   WindowEvalSource source(*val_data_, train_.batch_size / train_.grad_accum, train_.eval_batches, device_,
                           document_eos_, distributed.rank(), distributed.world_size());
   ValidationSums totals;
+  std::map<std::string, double> watched;
   {
     // Under ZeRO-3 the ranks score different numbers of batches, so they cannot gather weights branch by branch.
     const ResidentUnits whole = model.whole_parameters();
     totals = session.objective().evaluate(model, source);
+    // Every rank scores the watched text alike; it is not summed over ranks.
+    if (watched_)
+      watched = validation_metrics(session.objective().evaluate(model, *watched_), watched_->bytes_per_token());
   }
   sum_over_ranks(totals, distributed, device_);
   EvalReport report;
@@ -132,6 +142,10 @@ EvalReport WindowSource::evaluate(TrainingSession& session) {
   model.train();
   report.line = {{"split", "val"}, {"tokens_seen", tokens_seen_}, {"loss", report.metrics.at("loss_nats")}};
   for (const auto& [name, value] : report.metrics) report.line[name] = value;
+  if (watched_) {
+    report.line["watch_loss_nats"] = watched.at("loss_nats");
+    report.line["watch_bits_per_byte"] = watched.at("bits_per_byte");
+  }
   report.summary = fmt::format("val loss {:.4f} nats/token, {:.4f} bits/byte", report.metrics.at("loss_nats"),
                                report.metrics.at("bits_per_byte"));
   return report;

@@ -9,6 +9,7 @@
 #include "core/batch.h"
 #include "dataset/window_loader.h"
 #include "train/session.h"
+#include "train/twin_text.h"
 
 namespace inkstone {
 
@@ -59,6 +60,8 @@ class WindowSource : public StepSource {
 
   std::shared_ptr<const WindowLoader> train_data_;
   std::shared_ptr<const WindowLoader> val_data_;
+  RowInjection injection_;                   // data.inject_*: nothing to do unless due
+  std::unique_ptr<TextEvalSource> watched_;  // metrics.watch_text; null: none
   TrainConfig train_;
   int64_t seq_len_;
   int64_t document_eos_;  // ≥ 0 with data.document_mask

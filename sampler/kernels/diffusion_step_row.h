@@ -33,6 +33,7 @@ struct DiffusionRowParams {
   int64_t support_size = 0;  // N
   uint64_t seed = 0;
   uint32_t step = 0;
+  bool float32 = false;  // x̂, the posterior and the race in float instead of double
 };
 
 // bf16 logits as their bit pattern: the upper half of a float.
@@ -85,9 +86,17 @@ INKSTONE_HD uint32_t largest_key_reaching(double target, Measure measure) {
   return static_cast<uint32_t>(low);
 }
 
-template <typename Logit, typename Lanes, typename Uniforms>
-INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const bool* support, int64_t z,
-                                       const DiffusionRowParams& p, Uniforms& uniforms, Lanes& lanes) {
+// exp and log in the posterior's precision (expf / logf: the float versions on the host and the device alike).
+INKSTONE_HD inline float exp_in(float x) { return ::expf(x); }
+INKSTONE_HD inline double exp_in(double x) { return ::exp(x); }
+INKSTONE_HD inline float log_in(float x) { return ::logf(x); }
+INKSTONE_HD inline double log_in(double x) { return ::log(x); }
+
+// The step with x̂, the posterior and the race in `Real` (params.float32 picks float, else double); the
+// reductions across lanes stay double.
+template <typename Real, typename Logit, typename Lanes, typename Uniforms>
+INKSTONE_HD int64_t diffusion_step_row_in(const Logit* logits, int64_t vocab, const bool* support, int64_t z,
+                                          const DiffusionRowParams& p, Uniforms& uniforms, Lanes& lanes) {
   if (p.absorbing && z != p.mask_id) return z;  // an unmasked position never changes
   const double no_value = -1.0e300;
 
@@ -102,12 +111,13 @@ INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const
     }
   }
   lanes.argmax(best, best_index);
-  const double top = best;
+  const Real top = static_cast<Real>(best);
   const int64_t argmax = best_index;
   const bool greedy = p.temperature == 0;
 
   // Filters as one kept set: the support, logits at or above the top-k and top-p keys, and x̂ >= min_p · max x̂.
-  auto weight = [&](double l) { return ::exp((l - top) / p.temperature); };
+  const Real temperature = static_cast<Real>(p.temperature);
+  auto weight = [&](float l) { return exp_in((static_cast<Real>(l) - top) / temperature); };
   uint32_t floor_key = 0;
   if (!greedy && p.top_k > 0 && p.top_k < p.support_size) {
     floor_key = largest_key_reaching(static_cast<double>(p.top_k), [&](uint32_t key) {
@@ -118,50 +128,55 @@ INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const
     });
   }
   auto kept_mass = [&](uint32_t key) {
-    double mass = 0;
+    Real mass = 0;
     for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
       const float l = to_float(logits[v]);
       if (support[v] && ordered_key(l) >= key) mass += weight(l);
     }
-    return lanes.sum(mass);
+    return lanes.sum(static_cast<double>(mass));
   };
   if (!greedy && p.top_p < 1.0) {
     const double target = p.top_p * kept_mass(floor_key);
     const uint32_t top_p_key = largest_key_reaching(target, kept_mass);
     floor_key = top_p_key > floor_key ? top_p_key : floor_key;
   }
-  const double min_logit = !greedy && p.min_p > 0 ? top + p.temperature * ::log(p.min_p) : no_value;
+  const double min_logit = !greedy && p.min_p > 0 ? best + p.temperature * ::log(p.min_p) : no_value;
   auto kept = [&](int64_t v, float l) { return support[v] && ordered_key(l) >= floor_key && l >= min_logit; };
-  double normaliser = 1.0;
+  Real normaliser = 1;
   if (!greedy) {
-    double mass = 0;
+    Real mass = 0;
     for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
       const float l = to_float(logits[v]);
       if (kept(v, l)) mass += weight(l);
     }
-    normaliser = lanes.sum(mass);
+    normaliser = static_cast<Real>(lanes.sum(static_cast<double>(mass)));
   }
 
   // The posterior's weight of each id and the race.
-  const double n = static_cast<double>(p.support_size);
-  const double a_t = p.alpha_t, a_s = p.alpha_s;
+  const Real n = static_cast<Real>(p.support_size);
+  const Real a_t = static_cast<Real>(p.alpha_t), a_s = static_cast<Real>(p.alpha_s);
+  const Real one = 1, zero = 0;
+  const Real largest_below_one =
+      one - (sizeof(Real) == sizeof(float) ? Real(5.9604645e-8) : Real(1.1102230246251565e-16));
   double race = -1.0;
   int64_t winner = vocab;
   for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
     const bool is_mask = p.absorbing && v == p.mask_id;
     if (!support[v] && !is_mask) continue;
     const float l = to_float(logits[v]);
-    const double x_hat = greedy ? (v == argmax ? 1.0 : 0.0) : (kept(v, l) ? weight(l) / normaliser : 0.0);
-    double q;
+    const Real x_hat = greedy ? (v == argmax ? one : zero) : (kept(v, l) ? weight(l) / normaliser : zero);
+    Real q;
     if (p.absorbing) {
-      q = is_mask ? (1.0 - a_s) / (1.0 - a_t) : (a_s - a_t) / (1.0 - a_t) * x_hat;
+      q = is_mask ? (one - a_s) / (one - a_t) : (a_s - a_t) / (one - a_t) * x_hat;
     } else {
-      const double at_z = v == z ? 1.0 : 0.0;
-      q = n * a_t * x_hat * at_z + (a_t / a_s - a_t) * at_z + (a_s - a_t) * x_hat +
-          (1.0 - a_t / a_s) * (1.0 - a_s) / n;
+      const Real at_z = v == z ? one : zero;
+      q = n * a_t * x_hat * at_z + (a_t / a_s - a_t) * at_z + (a_s - a_t) * x_hat + (one - a_t / a_s) * (one - a_s) / n;
     }
     if (!(q > 0)) continue;
-    const double score = q / -::log(uniforms.at(v));
+    // A uniform within 2⁻²⁵ of 1 rounds to 1 in float, and −ln 1 = 0 would let its id win outright.
+    Real u = static_cast<Real>(uniforms.at(v));
+    if (!(u < one)) u = largest_below_one;
+    const Real score = q / -log_in(u);
     if (score > race) {
       race = score;
       winner = v;
@@ -169,6 +184,13 @@ INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const
   }
   lanes.argmax(race, winner);
   return winner;
+}
+
+template <typename Logit, typename Lanes, typename Uniforms>
+INKSTONE_HD int64_t diffusion_step_row(const Logit* logits, int64_t vocab, const bool* support, int64_t z,
+                                       const DiffusionRowParams& p, Uniforms& uniforms, Lanes& lanes) {
+  return p.float32 ? diffusion_step_row_in<float>(logits, vocab, support, z, p, uniforms, lanes)
+                   : diffusion_step_row_in<double>(logits, vocab, support, z, p, uniforms, lanes);
 }
 
 // The CPU's lanes: one thread walks the whole row, and a reduction is the value itself.

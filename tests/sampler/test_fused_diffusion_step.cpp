@@ -141,6 +141,49 @@ TEST(FusedDiffusionStep, DrawFrequenciesFollowThePosterior) {
   EXPECT_LT(chi_square, 24.3) << counts << expected;
 }
 
+// The same test with x̂, the posterior and the race in float (sample.posterior = "float32").
+TEST(FusedDiffusionStep, Float32DrawFrequenciesFollowThePosterior) {
+  const int64_t draws = 20000, vocab = 8;
+  const auto support = torch::ones({vocab}, torch::kBool);
+  const auto row_logits = torch::tensor({0.3f, -1.2f, 2.0f, 0.1f, -0.5f, 1.1f, 0.0f, -2.0f});
+  DiffusionRowParams p;
+  p.alpha_t = 0.35;
+  p.alpha_s = 0.7;
+  p.support_size = vocab;
+  p.seed = 8;
+  p.float32 = true;
+  const int64_t z = 1;
+  const auto next =
+      fused_diffusion_step(row_logits.expand({1, draws, vocab}).contiguous(), torch::full({1, draws}, z, torch::kLong),
+                           support, torch::zeros({1}, torch::kLong), p);
+  const auto counts = torch::bincount(next.flatten(), {}, vocab).to(torch::kDouble);
+  const auto q = uniform_posterior(row_logits.to(torch::kDouble).softmax(-1).unsqueeze(0), torch::tensor({z}),
+                                   p.alpha_t, p.alpha_s, support)[0];
+  const auto expected = q * draws;
+  EXPECT_LT(((counts - expected).pow(2) / expected).sum().item<double>(), 24.3) << counts << expected;
+}
+
+// float and double see the same uniforms, so they differ only where two ids' race scores agree to float's
+// precision: at most 1 position in 100 over every case of the reference test.
+TEST(FusedDiffusionStep, Float32AndFloat64PickTheSameTokenAlmostEverywhere) {
+  torch::manual_seed(13);
+  const int64_t rows = 8, length = 50, vocab = 301;
+  const auto support = torch::ones({vocab}, torch::kBool);
+  const auto logits = (2.0 * torch::randn({rows, length, vocab})).contiguous();
+  const auto sequences = torch::arange(rows, torch::kLong);
+  int64_t differ = 0, total = 0;
+  for (auto [name, p] : cases(vocab)) {
+    if (p.absorbing) continue;  // the absorbing case's mask id is set up in the reference test
+    const auto z = torch::randint(0, vocab, {rows, length}, torch::kLong);
+    const auto wide = fused_diffusion_step(logits, z, support, sequences, p);
+    p.float32 = true;
+    const auto narrow = fused_diffusion_step(logits, z, support, sequences, p);
+    differ += wide.ne(narrow).sum().item<int64_t>();
+    total += rows * length;
+  }
+  EXPECT_LE(differ * 100, total) << differ << " of " << total;
+}
+
 TEST(FusedDiffusionStep, Bf16LogitsDrawAsTheirFloatValues) {
   torch::manual_seed(4);
   const auto logits = torch::randn({2, 5, 31}).to(torch::kBFloat16);
