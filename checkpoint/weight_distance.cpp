@@ -1,6 +1,7 @@
 #include "checkpoint/weight_distance.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include <cmath>
