@@ -118,9 +118,9 @@ TEST(FusedDiffusionStep, DrawsTheReferencePosteriorsTokenFromTheSameUniforms) {
   }
 }
 
-// 20,000 positions, each its own stream, against the exact posterior: Pearson's chi-square with 7 degrees of
-// freedom stays below 24.3 (p = 0.001) for a correct sampler; the seed is fixed, so the test cannot flake.
-TEST(FusedDiffusionStep, DrawFrequenciesFollowThePosterior) {
+// Pearson's chi-square of 20,000 fused draws at one position (each draw its own stream) from z against the exact
+// float64 posterior, 7 degrees of freedom.
+double chi_square_of_draws(uint64_t seed, int64_t z, bool float32) {
   const int64_t draws = 20000, vocab = 8;
   const auto support = torch::ones({vocab}, torch::kBool);
   const auto row_logits = torch::tensor({0.3f, -1.2f, 2.0f, 0.1f, -0.5f, 1.1f, 0.0f, -2.0f});
@@ -128,31 +128,8 @@ TEST(FusedDiffusionStep, DrawFrequenciesFollowThePosterior) {
   p.alpha_t = 0.35;
   p.alpha_s = 0.7;
   p.support_size = vocab;
-  p.seed = 5;
-  const int64_t z = 6;
-  const auto logits = row_logits.expand({1, draws, vocab}).contiguous();
-  const auto next = fused_diffusion_step(logits, torch::full({1, draws}, z, torch::kLong), support,
-                                         torch::zeros({1}, torch::kLong), p);
-  const auto counts = torch::bincount(next.flatten(), {}, vocab).to(torch::kDouble);
-  const auto q = uniform_posterior(row_logits.to(torch::kDouble).softmax(-1).unsqueeze(0), torch::tensor({z}),
-                                   p.alpha_t, p.alpha_s, support)[0];
-  const auto expected = q * draws;
-  const double chi_square = ((counts - expected).pow(2) / expected).sum().item<double>();
-  EXPECT_LT(chi_square, 24.3) << counts << expected;
-}
-
-// The same test with x̂, the posterior and the race in float (sample.posterior = "float32").
-TEST(FusedDiffusionStep, Float32DrawFrequenciesFollowThePosterior) {
-  const int64_t draws = 20000, vocab = 8;
-  const auto support = torch::ones({vocab}, torch::kBool);
-  const auto row_logits = torch::tensor({0.3f, -1.2f, 2.0f, 0.1f, -0.5f, 1.1f, 0.0f, -2.0f});
-  DiffusionRowParams p;
-  p.alpha_t = 0.35;
-  p.alpha_s = 0.7;
-  p.support_size = vocab;
-  p.seed = 8;
-  p.float32 = true;
-  const int64_t z = 1;
+  p.seed = seed;
+  p.float32 = float32;
   const auto next =
       fused_diffusion_step(row_logits.expand({1, draws, vocab}).contiguous(), torch::full({1, draws}, z, torch::kLong),
                            support, torch::zeros({1}, torch::kLong), p);
@@ -160,7 +137,17 @@ TEST(FusedDiffusionStep, Float32DrawFrequenciesFollowThePosterior) {
   const auto q = uniform_posterior(row_logits.to(torch::kDouble).softmax(-1).unsqueeze(0), torch::tensor({z}),
                                    p.alpha_t, p.alpha_s, support)[0];
   const auto expected = q * draws;
-  EXPECT_LT(((counts - expected).pow(2) / expected).sum().item<double>(), 24.3) << counts << expected;
+  return ((counts - expected).pow(2) / expected).sum().item<double>();
+}
+
+// A correct sampler stays below 24.3 (p = 0.001); the seeds are fixed, so the tests cannot flake.
+TEST(FusedDiffusionStep, DrawFrequenciesFollowThePosterior) {
+  EXPECT_LT(chi_square_of_draws(5, 6, /*float32=*/false), 24.3);
+}
+
+// The same with x̂, the posterior and the race in float (sample.posterior = "float32").
+TEST(FusedDiffusionStep, Float32DrawFrequenciesFollowThePosterior) {
+  EXPECT_LT(chi_square_of_draws(8, 1, /*float32=*/true), 24.3);
 }
 
 // float and double see the same uniforms, so they differ only where two ids' race scores agree to float's
