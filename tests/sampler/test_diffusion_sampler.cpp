@@ -69,16 +69,19 @@ TEST(DiffusionPosterior, MaskedMovesMassFromMaskToXHatAndCopiesUnmasked) {
   EXPECT_EQ(q[1].sum().item<double>(), 1.0);
 }
 
+// In float64 (the default) and float32 (sample.posterior = "float32": the race's uniforms in float too).
 TEST(DiffusionPosterior, ExponentialRaceDrawsFromTheDistribution) {
-  auto generator = at::globalContext().defaultGenerator(torch::kCPU).clone();
-  generator.set_current_seed(5);
-  const int64_t draws = 200000;
-  const auto probs = reference_x_hat();
-  const auto z = exponential_race(probs.unsqueeze(0).expand({draws, 5}), generator);
-  const auto freq = torch::bincount(z, {}, 5).to(torch::kDouble) / draws;
-  for (int v = 0; v < 5; ++v) {
-    const double p = probs[v].item<double>();
-    EXPECT_NEAR(freq[v].item<double>(), p, 5 * std::sqrt(p * (1 - p) / draws)) << v;
+  for (const auto dtype : {torch::kDouble, torch::kFloat}) {
+    auto generator = at::globalContext().defaultGenerator(torch::kCPU).clone();
+    generator.set_current_seed(5);
+    const int64_t draws = 200000;
+    const auto probs = reference_x_hat();
+    const auto z = exponential_race(probs.to(dtype).unsqueeze(0).expand({draws, 5}), generator);
+    const auto freq = torch::bincount(z, {}, 5).to(torch::kDouble) / draws;
+    for (int v = 0; v < 5; ++v) {
+      const double p = probs[v].item<double>();
+      EXPECT_NEAR(freq[v].item<double>(), p, 5 * std::sqrt(p * (1 - p) / draws)) << v << " " << dtype;
+    }
   }
 }
 
