@@ -45,6 +45,7 @@ struct BenchArgs {
   fs::path work = "bench-work";
   std::string device = "cpu";
   std::string precision = "fp32";
+  std::string param_dtype = "fp32";  // train: bf16 keeps the weights in bf16 with fp32 masters (run.param_dtype)
   int64_t threads = 1;
   int64_t seed = 1234;
   int64_t d_model = 64, layers = 2, heads = 4, kv_heads = 4, seq_len = 64, batch = 8;
@@ -54,6 +55,7 @@ struct BenchArgs {
   int64_t new_tokens = 512;              // decode, rollout
   bool kv_cache = true;                  // decode
   bool fused = true;                     // diffusion-sample: the fused step, or the eager float64 one
+  std::string posterior = "float64";     // diffusion-sample, diffusion-step: x̂, posterior and race in this dtype
   std::string decode = "auto";           // decode, rollout: auto | growing | fixed | graph (DecodeMode)
   int64_t vocab = 0;                     // model.vocab_size (0: the byte tokenizer's); rows past it are padding
   std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
@@ -108,6 +110,7 @@ Config bench_config(const BenchArgs& a, const std::string& objective, int64_t ma
       fmt::format("run.threads={}", a.threads),
       fmt::format("run.device=\"{}\"", a.device),
       fmt::format("run.precision=\"{}\"", a.precision),
+      fmt::format("run.param_dtype=\"{}\"", a.param_dtype),
       fmt::format("model.d_model={}", a.d_model),
       fmt::format("model.n_layers={}", a.layers),
       fmt::format("model.n_heads={}", a.heads),
@@ -247,6 +250,7 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
   DiffusionSampleOptions options;
   options.seed = a.seed;
   options.fused = a.fused;
+  options.posterior_dtype = a.posterior == "float32" ? torch::kFloat : torch::kDouble;
   options.steps = 2;  // warmup: first calls allocate and pick kernels
   sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
   options.steps = a.denoise_steps;
@@ -284,6 +288,7 @@ nlohmann::json run_diffusion_step(const BenchArgs& a) {
       p.support_size = process.support->size();
       p.seed = static_cast<uint64_t>(a.seed);
       p.step = k;
+      p.float32 = a.posterior == "float32";
       return fused_diffusion_step(logits, z, support, sequences, p);
     }
     const auto x_hat = torch::softmax(process.support->restrict_logits(logits.to(torch::kDouble)), -1);
@@ -362,6 +367,8 @@ int main(int argc, char** argv) {
   app.add_option("--work", a.work, "Scratch folder: synthetic corpus, run folder, share.safetensors");
   app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
+  app.add_option("--param-dtype", a.param_dtype, "train: the weights' dtype (bf16: fp32 master weights)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--threads", a.threads);
   app.add_option("--seed", a.seed);
   app.add_option("--d-model", a.d_model);
@@ -378,6 +385,8 @@ int main(int argc, char** argv) {
   app.add_option("--kv-cache", a.kv_cache, "decode: with the KV cache (1) or full recompute (0)");
   app.add_option("--vocab", a.vocab, "model.vocab_size: 0 is the byte tokenizer's; larger pads the head");
   app.add_option("--fused", a.fused, "diffusion-sample: the fused step (1) or the eager float64 step (0)");
+  app.add_option("--posterior", a.posterior, "diffusion-sample, diffusion-step: float64 | float32")
+      ->check(CLI::IsMember({"float64", "float32"}));
   app.add_option("--decode", a.decode, "decode, rollout: auto | growing | fixed | graph (CUDA graph replay)")
       ->check(CLI::IsMember({"auto", "growing", "fixed", "graph"}));
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <toml++/toml.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -144,6 +145,14 @@ std::vector<SweepRun> plan_sweep(const SweepSpec& spec, const TrainingFlopsPerTo
     }
   }
   return runs;
+}
+
+std::vector<const SweepRun*> training_order(const std::vector<SweepRun>& runs) {
+  std::vector<const SweepRun*> order;
+  for (const auto& run : runs) order.push_back(&run);
+  std::stable_sort(order.begin(), order.end(),
+                   [](const SweepRun* a, const SweepRun* b) { return a->seed_index < b->seed_index; });
+  return order;
 }
 
 }  // namespace inkstone

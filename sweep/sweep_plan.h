@@ -54,4 +54,8 @@ using TrainingFlopsPerToken = std::function<double(const Config&)>;
 // per token differs. A budget that buys no step is an InputError naming the variant.
 std::vector<SweepRun> plan_sweep(const SweepSpec& spec, const TrainingFlopsPerToken& flops_per_token);
 
+// The order a sweep trains its runs in: seed-major (every variant of seed 0, then of seed 1, ...), so that a sweep
+// stopped early holds whole seeds, which a file listing only those seeds reports on (docs/sweeps.md).
+std::vector<const SweepRun*> training_order(const std::vector<SweepRun>& runs);
+
 }  // namespace inkstone

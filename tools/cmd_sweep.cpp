@@ -70,13 +70,13 @@ int64_t checkpointed_step(const SweepRun& run) {
 std::vector<const SweepRun*> train_missing(const SweepSpec& spec, const std::vector<SweepRun>& runs, int jobs) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe");
   std::vector<const SweepRun*> pending, failed;
-  for (const auto& run : runs) {
-    const int64_t step = checkpointed_step(run);
-    if (step == run.steps) {
-      fmt::print("sweep: {}/seed-{} finished (step {}), kept\n", run.variant, run.seed_index, step);
+  for (const SweepRun* run : training_order(runs)) {
+    const int64_t step = checkpointed_step(*run);
+    if (step == run->steps) {
+      fmt::print("sweep: {}/seed-{} finished (step {}), kept\n", run->variant, run->seed_index, step);
       continue;
     }
-    pending.push_back(&run);
+    pending.push_back(run);
   }
   std::map<pid_t, const SweepRun*> running;
   size_t next = 0;

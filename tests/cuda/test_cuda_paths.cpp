@@ -4,13 +4,18 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <fstream>
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/checkpoint.h"
 #include "core/explicit_attention.h"
+#include "core/memory_usage.h"
 #include "core/torch_compat.h"
 #include "models/kernels/route_sources.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
+#include "tests/cli_run.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
 #include "train/master_weights.h"
@@ -200,7 +205,8 @@ TEST(Cuda, ReplayedDecodeGraphSamplesAsTheEagerSteps) {
 }
 
 // The kernel and its CPU twin draw the same token from the same logits at every position, for float32 and bf16
-// logits, uniform and absorbing noise, with filters: the same row code, and cuRAND's Philox equal to the twin's.
+// logits, uniform and absorbing noise, with filters, with the posterior in float64 and in float32: the same row
+// code, and cuRAND's Philox equal to the twin's.
 TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
   INKSTONE_REQUIRE_CUDA();
   torch::manual_seed(8);
@@ -225,14 +231,17 @@ TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
       p.seed = 31;
       p.step = 6;
       auto state = absorbing ? torch::where(torch::rand({rows, length}) < 0.5, torch::full_like(z, vocab - 1), z) : z;
-      for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
-        const auto on_cpu = fused_diffusion_step(logits.to(dtype), state, support, sequences, p);
-        const auto on_gpu = fused_diffusion_step(logits.to(dtype).cuda(), state.cuda(), support.cuda(),
-                                                 sequences.cuda(), p)
-                                .cpu();
-        EXPECT_TRUE(torch::equal(on_cpu, on_gpu)) << "absorbing " << absorbing << " filtered " << filtered
-                                                  << " dtype " << dtype << ": "
-                                                  << on_cpu.ne(on_gpu).sum().item<int64_t>() << " positions differ";
+      for (const bool float32_posterior : {false, true}) {
+        p.float32 = float32_posterior;
+        for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+          const auto on_cpu = fused_diffusion_step(logits.to(dtype), state, support, sequences, p);
+          const auto on_gpu = fused_diffusion_step(logits.to(dtype).cuda(), state.cuda(), support.cuda(),
+                                                   sequences.cuda(), p)
+                                  .cpu();
+          EXPECT_TRUE(torch::equal(on_cpu, on_gpu))
+              << "absorbing " << absorbing << " filtered " << filtered << " float32 posterior " << float32_posterior
+              << " dtype " << dtype << ": " << on_cpu.ne(on_gpu).sum().item<int64_t>() << " positions differ";
+        }
       }
     }
   }
@@ -327,6 +336,45 @@ TEST(Cuda, ACheckpointOfCudaAndCpuTensorsIsWrittenAndNaNIsStillCaught) {
   data.step = 2;
   data.optimizer[0].second[1] = NAN;
   EXPECT_THROW(save_checkpoint(dir, data, 0), NonFiniteError);
+  std::filesystem::remove_all(dir);
+}
+
+// A config's device "cuda" names no index: the allocator's statistics are read for the current device (index -1
+// made libtorch refuse every GPU training run at its first metrics line).
+TEST(Cuda, AllocatorMemoryOfAnUnindexedDevice) {
+  INKSTONE_REQUIRE_CUDA();
+  const torch::Device device("cuda");
+  reset_cuda_peak(device);
+  const auto held = torch::empty({8 << 20}, torch::dtype(torch::kByte).device(device));
+  const auto memory = cuda_memory(device);
+  ASSERT_TRUE(memory.has_value());
+  EXPECT_GE(memory->max_allocated_mib, 8.0);
+  EXPECT_GE(memory->reserved_mib, 8.0);
+}
+
+// The CLI trains on the GPU end to end and logs the allocator's memory. The CLI is the one built beside this test,
+// or, in a bundle moved to a GPU machine (bench/gpu/bundle), the one a folder above it.
+TEST(Cuda, TheCliTrainsOnTheGpu) {
+  INKSTONE_REQUIRE_CUDA();
+  const auto dir = testing::temp_dir("cuda_cli_train");
+  const auto data = testing::prepare_word_corpus(dir);
+  std::ofstream(dir / "run.toml") << "[run]\ndevice = \"cuda\"\n[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\n"
+                                  << "n_kv_heads = 1\nmax_seq_len = 32\n[data]\npath = \"" << data.string()
+                                  << "\"\nseq_len = 16\n[train]\nsteps = 3\nbatch_size = 4\nlog_interval = 1\n"
+                                  << "eval_interval = 0\neval_batches = 2\n";
+  auto cli = testing::cli_binary();
+  if (!std::filesystem::exists(cli))
+    cli = std::filesystem::read_symlink("/proc/self/exe").parent_path().parent_path() / "inkstone";
+  const auto result =
+      testing::run_command({cli.string(), "train", (dir / "run.toml").string(), "--run-dir", (dir / "run").string()});
+  ASSERT_EQ(result.exit_code, 0) << result.output;
+  std::ifstream metrics(dir / "run" / "metrics.jsonl");
+  int lines_with_memory = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto json = nlohmann::json::parse(line);
+    if (json.contains("cuda_max_allocated_mib") && json["cuda_max_allocated_mib"].get<double>() > 0) ++lines_with_memory;
+  }
+  EXPECT_GE(lines_with_memory, 3) << result.output;
   std::filesystem::remove_all(dir);
 }
 
