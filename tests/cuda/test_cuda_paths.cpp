@@ -235,9 +235,8 @@ TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
         p.float32 = float32_posterior;
         for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
           const auto on_cpu = fused_diffusion_step(logits.to(dtype), state, support, sequences, p);
-          const auto on_gpu = fused_diffusion_step(logits.to(dtype).cuda(), state.cuda(), support.cuda(),
-                                                   sequences.cuda(), p)
-                                  .cpu();
+          const auto on_gpu =
+              fused_diffusion_step(logits.to(dtype).cuda(), state.cuda(), support.cuda(), sequences.cuda(), p).cpu();
           EXPECT_TRUE(torch::equal(on_cpu, on_gpu))
               << "absorbing " << absorbing << " filtered " << filtered << " float32 posterior " << float32_posterior
               << " dtype " << dtype << ": " << on_cpu.ne(on_gpu).sum().item<int64_t>() << " positions differ";
@@ -372,7 +371,8 @@ TEST(Cuda, TheCliTrainsOnTheGpu) {
   int lines_with_memory = 0;
   for (std::string line; std::getline(metrics, line);) {
     const auto json = nlohmann::json::parse(line);
-    if (json.contains("cuda_max_allocated_mib") && json["cuda_max_allocated_mib"].get<double>() > 0) ++lines_with_memory;
+    if (json.contains("cuda_max_allocated_mib") && json["cuda_max_allocated_mib"].get<double>() > 0)
+      ++lines_with_memory;
   }
   EXPECT_GE(lines_with_memory, 3) << result.output;
   std::filesystem::remove_all(dir);

@@ -102,9 +102,10 @@ TEST_F(Sweeps, TokenAndFlopBudgetsGiveEachVariantItsSteps) {
 
 // Runs train seed by seed across the variants, so a sweep stopped early holds whole seeds.
 TEST_F(Sweeps, RunsTrainSeedBySeed) {
-  const auto runs = plan_sweep(load_sweep(write_sweep("order.toml", "[sweep]\nbase = \"base.toml\"\nseeds = [1, 2, 3]\n"
-                                                                  "steps = 2\n[[variant]]\nname = \"a\"\n"
-                                                                  "[[variant]]\nname = \"b\"\n")),
+  const auto runs = plan_sweep(load_sweep(write_sweep("order.toml",
+                                                      "[sweep]\nbase = \"base.toml\"\nseeds = [1, 2, 3]\n"
+                                                      "steps = 2\n[[variant]]\nname = \"a\"\n"
+                                                      "[[variant]]\nname = \"b\"\n")),
                                [](const Config&) { return 1.0; });
   std::vector<std::string> order;
   for (const SweepRun* run : training_order(runs)) order.push_back(fmt::format("{}{}", run->variant, run->seed_index));
