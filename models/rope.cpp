@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "models/kernels/rope.h"
+
 namespace inkstone {
 
 torch::Tensor rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling) {
@@ -31,11 +33,6 @@ RopeTable rope_table(const torch::Tensor& positions, const torch::Tensor& omega)
   return {torch::cat({cos, cos}, -1), torch::cat({-sin, sin}, -1)};
 }
 
-torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table) {
-  const auto x32 = x.to(torch::kFloat);
-  const auto halves = x32.chunk(2, -1);
-  const auto swapped = torch::cat({halves[1], halves[0]}, -1);
-  return (x32 * table.cos + swapped * table.sin).to(x.scalar_type());
-}
+torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table) { return fused_rope(x, table.cos, table.sin); }
 
 }  // namespace inkstone

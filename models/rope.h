@@ -24,8 +24,7 @@ torch::Tensor rope_frequencies(int64_t head_dim, double theta, const RopeScaling
 
 // The rotation as two full-width factors, so that R_m x = x ⊙ cos + swap(x) ⊙ sin with swap(a, b) = (b, a):
 // cos = (cos mω, cos mω), sin = (−sin mω, sin mω). Built once per forward and shared by all layers; two
-// multiplies and an add per call instead of four, a subtraction, an add and a concatenation (the same values:
-// a·cos + b·(−sin) rounds exactly as a·cos − b·sin).
+// multiplies and an add per coordinate (a·cos + b·(−sin) rounds exactly as a·cos − b·sin).
 struct RopeTable {
   torch::Tensor cos;  // [B, 1, T, h_d] fp32
   torch::Tensor sin;
@@ -39,7 +38,8 @@ RopeTable rope_table(const torch::Tensor& positions, int64_t head_dim, double th
 // captured CUDA graph can replay it.
 RopeTable rope_table(const torch::Tensor& positions, const torch::Tensor& omega);
 
-// x: [B, H, T, h_d]; returns x rotated, in x's dtype.
+// x: [B, H, T, h_d]; returns x rotated, in x's dtype and layout, by the fused op of models/kernels/rope.h (float32
+// arithmetic for float32 and bf16, float64 for float64).
 torch::Tensor apply_rope(const torch::Tensor& x, const RopeTable& table);
 
 }  // namespace inkstone

@@ -2,10 +2,8 @@
 // shared with the CPU twin (route_sources_row.h). Per-head sums and the dq / dg totals use atomic float64 adds.
 #include <cuda_runtime.h>
 
-#include <stdexcept>
-#include <string>
-
 #include "core/kernels/block_sum.cuh"
+#include "core/kernels/launch_check.cuh"
 #include "models/kernels/route_sources_cuda.h"
 
 namespace inkstone::kernels {
@@ -38,13 +36,6 @@ unsigned blocks_for(const RouteShape& shape) {
   return static_cast<unsigned>(shape.positions < kMaxBlocks ? shape.positions : kMaxBlocks);
 }
 
-void check_launch(const char* what) {
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("fused routing ") + what + ": kernel launch failed: " +
-                             cudaGetErrorString(status));
-}
-
 template <typename T>
 __global__ void route_forward_kernel(const T* const* sources, const T* query, const T* gain, RouteShape shape, T* out,
                                      double* weights, double* inv_rms) {
@@ -74,7 +65,7 @@ void forward(const T* const* sources, const T* query, const T* gain, const Route
   if (shape.positions == 0) return;
   route_forward_kernel<T><<<blocks_for(shape), kThreads, shared_bytes(shape), static_cast<cudaStream_t>(stream)>>>(
       sources, query, gain, shape, out, weights, inv_rms);
-  check_launch("forward");
+  check_launch("fused routing forward");
 }
 
 template <typename T>
@@ -84,7 +75,7 @@ void backward(const T* const* sources, const T* query, const T* gain, const T* g
   if (shape.positions == 0) return;
   route_backward_kernel<T><<<blocks_for(shape), kThreads, shared_bytes(shape), static_cast<cudaStream_t>(stream)>>>(
       sources, query, gain, grad_out, shape, weights, inv_rms, grad_sources, grad_query, grad_gain);
-  check_launch("backward");
+  check_launch("fused routing backward");
 }
 
 }  // namespace

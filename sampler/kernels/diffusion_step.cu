@@ -4,10 +4,8 @@
 #include <cuda_runtime.h>
 #include <curand_kernel.h>
 
-#include <stdexcept>
-#include <string>
-
 #include "core/kernels/block_sum.cuh"
+#include "core/kernels/launch_check.cuh"
 #include "sampler/kernels/diffusion_step_cuda.h"
 
 namespace inkstone::kernels {
@@ -86,9 +84,7 @@ void launch(const Logit* logits, const int64_t* z, const bool* support, const in
   const auto blocks = static_cast<unsigned>(positions < kMaxBlocks ? positions : kMaxBlocks);
   diffusion_step_kernel<Logit><<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
       logits, z, support, sequences, positions, length, vocab, params, next);
-  const cudaError_t status = cudaGetLastError();
-  if (status != cudaSuccess)
-    throw std::runtime_error(std::string("fused diffusion step: kernel launch failed: ") + cudaGetErrorString(status));
+  check_launch("fused diffusion step");
 }
 
 }  // namespace

@@ -15,8 +15,8 @@
 #pragma once
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 
+#include "core/kernels/bf16_bits.h"
 #include "sampler/kernels/philox.h"
 
 namespace inkstone::kernels {
@@ -35,34 +35,6 @@ struct DiffusionRowParams {
   uint32_t step = 0;
   bool float32 = false;  // x̂, the posterior and the race in float instead of double
 };
-
-// bf16 logits as their bit pattern: the upper half of a float.
-struct Bf16Bits {
-  uint16_t bits;
-};
-
-INKSTONE_HD inline float bits_to_float(uint32_t bits) {
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(bits);
-#else
-  float value;
-  std::memcpy(&value, &bits, sizeof value);
-  return value;
-#endif
-}
-
-INKSTONE_HD inline uint32_t float_to_bits(float value) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(value);
-#else
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  return bits;
-#endif
-}
-
-INKSTONE_HD inline float to_float(float value) { return value; }
-INKSTONE_HD inline float to_float(Bf16Bits value) { return bits_to_float(static_cast<uint32_t>(value.bits) << 16); }
 
 // Floats in the order of unsigned keys: a threshold search over keys is a search over values.
 INKSTONE_HD inline uint32_t ordered_key(float value) {

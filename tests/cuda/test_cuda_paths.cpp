@@ -13,6 +13,7 @@
 #include "core/torch_compat.h"
 #include "models/kernels/route_sources.h"
 #include "models/language_model.h"
+#include "models/rope.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "tests/cli_run.h"
@@ -269,6 +270,29 @@ TEST(Cuda, FusedRoutingMatchesTheCpuTwin) {
       EXPECT_LT((results[1][k] - results[0][k]).abs().max().item<double>(), tolerance * scale)
           << "tensor " << k << " dtype " << dtype;
     }
+  }
+}
+
+// The rotary embedding kernel against its CPU twin, bit for bit: float32 and bf16, forward and gradient, on the
+// attention's transposed layout (tables built on the CPU, so both read the same cos and sin).
+TEST(Cuda, FusedRopeEqualsTheCpuTwinBitForBit) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(6);
+  const auto table = rope_table(torch::randint(0, 40000, {2, 64}, torch::kLong), 128, 1e6);
+  for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+    const auto x = torch::randn({2, 64, 8, 128}).to(dtype).transpose(1, 2);
+    const auto grad_out = torch::randn({2, 8, 64, 128}).to(dtype);
+    torch::Tensor out[2], grad[2];
+    for (const bool gpu : {false, true}) {
+      const auto place = [gpu](const torch::Tensor& t) { return gpu ? t.cuda() : t; };
+      auto input = place(x).detach().requires_grad_(true);
+      const auto rotated = apply_rope(input, {place(table.cos), place(table.sin)});
+      rotated.backward(place(grad_out));
+      out[gpu] = rotated.detach().cpu();
+      grad[gpu] = input.grad().cpu();
+    }
+    EXPECT_TRUE(torch::equal(out[1], out[0])) << dtype;
+    EXPECT_TRUE(torch::equal(grad[1], grad[0])) << dtype;
   }
 }
 
