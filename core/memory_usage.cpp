@@ -10,8 +10,6 @@
 namespace inkstone {
 namespace {
 
-constexpr double kMiB = 1024.0 * 1024.0;
-
 #ifdef INKSTONE_CUDA
 // A config's "cuda" names no index and means the current device; the allocator wants a real index (-1 is refused).
 c10::DeviceIndex allocator_index(c10::Device device) {

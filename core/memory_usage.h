@@ -7,6 +7,8 @@
 
 namespace inkstone {
 
+inline constexpr double kMiB = 1024.0 * 1024.0;  // the unit every memory figure is reported in
+
 // The largest resident set this process has had, in MiB (getrusage; Linux reports KiB).
 double peak_resident_mib();
 

@@ -1,18 +1,17 @@
 #include "core/tensor_memory.h"
 
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+
 #include <algorithm>
 #include <atomic>
 #include <memory>
 
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
-
+#include "core/memory_usage.h"
 #include "core/torch_compat.h"
 
 namespace inkstone {
 namespace {
-
-constexpr double kMiB = 1024.0 * 1024.0;
 
 // libtorch's CPU allocator calls reportMemoryUsage on every allocation (size > 0) and free (size < 0) while an
 // observer that says it is profiling is registered in the thread's debug info.

@@ -1,15 +1,16 @@
 #include "dataset/bpe_model.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <functional>
-
-#include <fmt/format.h>
 
 #include "core/errors.h"
 #include "core/utf8.h"
 #include "dataset/pretokenizer.h"
 #include "dataset/tokenizer_decoder.h"
+#include "dataset/tokenizer_json.h"
 
 namespace inkstone {
 namespace {
@@ -21,11 +22,6 @@ using nlohmann::json;
 constexpr size_t kMaxCachedWordBytes = 64;
 // Cleared when full: a stream whose vocabulary drifts refills it with what is frequent now.
 constexpr size_t kCacheEntries = 1 << 17;
-
-bool json_flag(const json& object, const char* key, bool fallback) {
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? fallback : it->get<bool>();
-}
 
 bool empty_or_null(const json& object, const char* key) {
   auto it = object.find(key);

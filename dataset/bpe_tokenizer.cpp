@@ -1,11 +1,12 @@
 #include "dataset/bpe_tokenizer.h"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <unordered_set>
 
-#include <fmt/format.h>
-
 #include "core/errors.h"
+#include "dataset/tokenizer_json.h"
 
 namespace inkstone {
 namespace {
@@ -13,11 +14,6 @@ namespace {
 using nlohmann::json;
 
 constexpr const char* kSpecialRolesKey = "inkstone_special_roles";
-
-bool json_flag(const json& object, const char* key, bool fallback) {
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? fallback : it->get<bool>();
-}
 
 json special_entry(int32_t id, const std::string& content) {
   return {{"id", id},        {"content", content},  {"single_word", false}, {"lstrip", false},

@@ -1,11 +1,12 @@
 #include "dataset/pretokenizer.h"
 
+#include <fmt/format.h>
+
 #include <array>
 #include <utility>
 
-#include <fmt/format.h>
-
 #include "core/errors.h"
+#include "dataset/tokenizer_json.h"
 
 namespace inkstone {
 namespace {
@@ -148,11 +149,6 @@ std::string PreTokenizer::replace_all(std::string_view text, std::string_view co
 namespace {
 
 using nlohmann::json;
-
-bool json_flag(const json& object, const char* key, bool fallback) {
-  auto it = object.find(key);
-  return it == object.end() || it->is_null() ? fallback : it->get<bool>();
-}
 
 class RegexSplitStep final : public PreTokenizerStep {
  public:

@@ -44,9 +44,9 @@ class ByteLevelStep final : public DecoderStep {
   }
 };
 
-class MetaspaceStep final : public DecoderStep {
+class MetaspaceDecoder final : public DecoderStep {
  public:
-  explicit MetaspaceStep(const json& spec)
+  explicit MetaspaceDecoder(const json& spec)
       : replacement_(spec.value("replacement", "\xE2\x96\x81")), drops_in_first_(prepend_scheme(spec) != "never") {}
 
   void apply(std::vector<std::string>& tokens) const override {
@@ -72,9 +72,9 @@ class MetaspaceStep final : public DecoderStep {
   bool drops_in_first_;
 };
 
-class ReplaceStep final : public DecoderStep {
+class ReplaceDecoder final : public DecoderStep {
  public:
-  explicit ReplaceStep(const json& spec) : replace_(spec) {}
+  explicit ReplaceDecoder(const json& spec) : replace_(spec) {}
   void apply(std::vector<std::string>& tokens) const override {
     for (std::string& token : tokens) token = replace_.apply(token);
   }
@@ -122,10 +122,11 @@ class FuseStep final : public DecoderStep {
 };
 
 // Removes up to `start` leading and `stop` trailing copies of one character from each token.
-class StripStep final : public DecoderStep {
+class StripDecoder final : public DecoderStep {
  public:
-  explicit StripStep(const json& spec)
-      : content_(spec.at("content").get<std::string>()), start_(spec.value("start", size_t{0})),
+  explicit StripDecoder(const json& spec)
+      : content_(spec.at("content").get<std::string>()),
+        start_(spec.value("start", size_t{0})),
         stop_(spec.value("stop", size_t{0})) {
     if (content_.empty()) throw InputError("decoder Strip has an empty content");
   }
@@ -184,15 +185,15 @@ void TokenizerDecoder::add_step(const json& step) {
   } else if (type == "ByteLevel") {
     steps_.push_back(std::make_unique<ByteLevelStep>());
   } else if (type == "Metaspace") {
-    steps_.push_back(std::make_unique<MetaspaceStep>(step));
+    steps_.push_back(std::make_unique<MetaspaceDecoder>(step));
   } else if (type == "Replace") {
-    steps_.push_back(std::make_unique<ReplaceStep>(step));
+    steps_.push_back(std::make_unique<ReplaceDecoder>(step));
   } else if (type == "ByteFallback") {
     steps_.push_back(std::make_unique<ByteFallbackStep>());
   } else if (type == "Fuse") {
     steps_.push_back(std::make_unique<FuseStep>());
   } else if (type == "Strip") {
-    steps_.push_back(std::make_unique<StripStep>(step));
+    steps_.push_back(std::make_unique<StripDecoder>(step));
   } else {
     throw InputError(fmt::format("decoder type '{}' is not supported", type));
   }

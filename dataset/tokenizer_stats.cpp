@@ -12,7 +12,7 @@ namespace {
 bool is_space(char c) { return c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == '\f' || c == '\v'; }
 bool is_digit(char c) { return c >= '0' && c <= '9'; }
 
-int64_t count_words(std::string_view text) {
+int64_t word_count(std::string_view text) {
   int64_t words = 0;
   bool in_word = false;
   for (char c : text) {
@@ -82,7 +82,7 @@ TokenizerStats tokenizer_stats(std::string_view text, const std::vector<std::str
   TokenizerStats s;
   s.bytes = static_cast<int64_t>(text.size());
   s.tokens = static_cast<int64_t>(pieces.size());
-  s.words = count_words(text);
+  s.words = word_count(text);
   std::string joined;
   std::vector<size_t> cuts = {0};  // byte offset where each token starts, then the end
   for (const auto& piece : pieces) {

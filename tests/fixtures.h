@@ -1,5 +1,7 @@
 // Small fixtures several suites share: a tiny backbone config, a tiny prepared corpus, InputError messages.
 #pragma once
+#include <torch/types.h>
+
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -12,6 +14,11 @@
 #include "dataset/data_prepare.h"
 
 namespace inkstone::testing {
+
+// The largest elementwise difference, in float64 whatever the dtypes.
+inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
+  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
+}
 
 // A 2-layer, 32-wide Qwen3 block stack; init_std above 0.02 makes logits differ visibly between tokens.
 inline ModelConfig tiny_model_config(double init_std, bool time_conditioning = false) {

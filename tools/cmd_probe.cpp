@@ -24,7 +24,7 @@ struct ProbeOptions {
 };
 
 // One prompt per line; blank lines are skipped, a trailing carriage return dropped.
-std::vector<std::string> read_prompts(const std::string& path) {
+std::vector<std::string> read_prompt_lines(const std::string& path) {
   std::istringstream text(read_input_file(path, "prompts file"));
   std::vector<std::string> prompts;
   for (std::string line; std::getline(text, line);) {
@@ -45,7 +45,7 @@ nlohmann::json layer_json(const LayerProbe& l) {
 }
 
 int probe(const ProbeOptions& o) {
-  const auto prompts = read_prompts(o.prompts);
+  const auto prompts = read_prompt_lines(o.prompts);
   auto trained = load_trained_model(o.checkpoint, o.device);
   const MaskMode mask = trained.objective->needs().mask;
   const auto results = probe_prompts(trained.model, *trained.tokenizer, prompts, mask, trained.device);

@@ -25,7 +25,7 @@ std::string read_file_or_throw(const std::string& path) {
   return read_input_file(path, "input file");
 }
 
-struct TrainOptions {
+struct TokenizerTrainOptions {
   std::vector<std::string> inputs;
   std::string preset;  // fortunes: the files `data prepare --preset fortunes` reads
   int32_t vocab = 0;
@@ -33,7 +33,7 @@ struct TrainOptions {
   std::vector<std::string> specials;
 };
 
-int run_train(const TrainOptions& o) {
+int run_train(const TokenizerTrainOptions& o) {
   std::vector<std::filesystem::path> files(o.inputs.begin(), o.inputs.end());
   if (o.preset == "fortunes") files = fortune_files(kFortunesFolder);
   if (files.empty()) throw InputError("give --input FILE... or --preset fortunes");
@@ -115,7 +115,7 @@ void add_tokenizer_command(CLI::App& app, Action& action) {
   auto* cmd = app.add_subcommand("tokenizer", "Train a byte-level BPE tokenizer, encode, decode, measure");
   cmd->require_subcommand(1);
 
-  auto train = std::make_shared<TrainOptions>();
+  auto train = std::make_shared<TokenizerTrainOptions>();
   auto* train_cmd = cmd->add_subcommand("train", "Learn byte-level BPE merges; writes OUT/tokenizer.json");
   auto* inputs = train_cmd->add_option("--input", train->inputs, "Training text files")->check(CLI::ExistingFile);
   auto* preset = train_cmd->add_option("--preset", train->preset, "Train on a known corpus: fortunes (the demo's)")

@@ -10,6 +10,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/string_suffix.h"
 
 namespace inkstone {
 namespace {
@@ -18,10 +19,6 @@ constexpr std::array<std::string_view, 4> kPlacingKeys = {"step", "split", "even
 constexpr std::array<std::string_view, 7> kSystemKeys = {
     "peak_rss_mib", "cpu_max_allocated_mib", "cuda_max_allocated_mib", "cuda_reserved_mib", "elapsed_s", "tflops_per_s",
     "mfu"};
-
-bool ends_with(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
-}
 
 // metrics.jsonl writes a non-finite number as text ("nan", "inf", "-inf"; train/metrics_log.h).
 bool numeric(const nlohmann::json& value, double& out) {

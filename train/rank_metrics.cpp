@@ -6,12 +6,10 @@
 #include <sstream>
 #include <vector>
 
+#include "core/string_suffix.h"
+
 namespace inkstone {
 namespace {
-
-bool ends_with(const std::string& text, const std::string& suffix) {
-  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
 
 // The union of every rank's `names`, sorted, on every rank (`key` names this exchange in the store). An objective
 // may log a metric on one rank and not on another (GFlowRL's flow-gap percentiles need a non-degenerate group), and

@@ -25,9 +25,7 @@ constexpr double kEps = 1e-6;
 
 ModelConfig tiny_config() { return testing::tiny_model_config(/*init_std=*/0.2); }
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 // ---- float64 references ----
 

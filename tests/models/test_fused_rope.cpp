@@ -9,7 +9,7 @@
 namespace inkstone {
 namespace {
 
-constexpr double kTheta = 10000.0;
+constexpr double kRopeTheta = 10000.0;
 
 torch::Tensor composite_rope(const torch::Tensor& x, const RopeTable& table, torch::ScalarType compute) {
   const auto wide = x.to(compute);
@@ -39,7 +39,7 @@ Rotation rotate_with_gradient(const torch::Tensor& x_in, const torch::Tensor& we
 void expect_fused_equals_composite(torch::ScalarType dtype, int64_t table_batch) {
   torch::manual_seed(3);
   const auto x = per_head_view(2, 3, 5, 8, dtype);
-  const auto table = rope_table(torch::randint(0, 40000, {table_batch, 5}, torch::kLong), 8, kTheta);
+  const auto table = rope_table(torch::randint(0, 40000, {table_batch, 5}, torch::kLong), 8, kRopeTheta);
   const auto weights = torch::randn({2, 3, 5, 8}, torch::kDouble);
   const auto fused = rotate_with_gradient(x, weights, [&](const torch::Tensor& t) { return apply_rope(t, table); });
   const auto composite =
@@ -63,7 +63,7 @@ TEST(FusedRope, Bf16EqualsTheCompositeBitForBit) {
 TEST(FusedRope, Float64RotatesInFloat64AndItsGradientIsTheTranspose) {
   torch::manual_seed(4);
   const auto x = per_head_view(1, 2, 7, 16, torch::kDouble);
-  const auto table = rope_table(torch::arange(7, torch::kLong).view({1, 7}) * 5000, 16, kTheta);
+  const auto table = rope_table(torch::arange(7, torch::kLong).view({1, 7}) * 5000, 16, kRopeTheta);
   const auto weights = torch::randn({1, 2, 7, 16}, torch::kDouble);
   const auto fused = rotate_with_gradient(x, weights, [&](const torch::Tensor& t) { return apply_rope(t, table); });
   const auto composite = rotate_with_gradient(
@@ -78,12 +78,12 @@ TEST(FusedRope, Float64RotatesInFloat64AndItsGradientIsTheTranspose) {
 }
 
 TEST(FusedRope, RefusesWhatItCannotRotate) {
-  const auto table = rope_table(torch::zeros({1, 4}, torch::kLong), 8, kTheta);
+  const auto table = rope_table(torch::zeros({1, 4}, torch::kLong), 8, kRopeTheta);
   EXPECT_THROW(fused_rope(torch::zeros({1, 2, 4, 7}), table.cos, table.sin), c10::Error);               // odd h_d
   EXPECT_THROW(fused_rope(torch::zeros({1, 2, 5, 8}), table.cos, table.sin), c10::Error);               // T mismatch
   EXPECT_THROW(fused_rope(torch::zeros({2, 2, 4, 8}, torch::kInt), table.cos, table.sin), c10::Error);  // dtype
   EXPECT_THROW(fused_rope(torch::zeros({1, 2, 4, 8}), table.cos.to(torch::kDouble), table.sin), c10::Error);
-  const auto wide = rope_table(torch::zeros({3, 4}, torch::kLong), 8, kTheta);
+  const auto wide = rope_table(torch::zeros({3, 4}, torch::kLong), 8, kRopeTheta);
   EXPECT_THROW(fused_rope(torch::zeros({2, 2, 4, 8}), wide.cos, wide.sin), c10::Error);  // table batch 3 for B 2
 }
 

@@ -15,9 +15,7 @@
 namespace inkstone {
 namespace {
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 ModelConfig streams_config(int64_t n, const std::string& attention = "LX") {
   auto c = testing::tiny_model_config(/*init_std=*/0.2);

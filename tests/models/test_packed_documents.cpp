@@ -11,9 +11,7 @@
 namespace inkstone {
 namespace {
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 TEST(PackedDocuments, IndicesCountTheEosBeforeEachToken) {
   const auto tokens = torch::tensor({5, 2, 7, 8, 2, 9, 4}, torch::kLong).view({1, 7});

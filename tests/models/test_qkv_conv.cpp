@@ -17,7 +17,7 @@ ModelConfig qkv_conv_config(const std::string& position = "before_norm") {
   return c;
 }
 
-AttentionContext context_of(MaskMode mode) {
+AttentionContext qkv_context(MaskMode mode) {
   AttentionContext context;
   context.mode = mode;
   return context;
@@ -53,7 +53,7 @@ TEST(QkvConv, MatchesFloat64ResidualFormula) {
   const std::array<torch::Tensor, 3> qkv = {torch::randn({2, 7, 8}, torch::kDouble),
                                             torch::randn({2, 7, 4}, torch::kDouble),
                                             torch::randn({2, 7, 4}, torch::kDouble)};
-  const auto out = conv(qkv, context_of(MaskMode::causal));
+  const auto out = conv(qkv, qkv_context(MaskMode::causal));
   const auto c = torch::cat({qkv[0], qkv[1], qkv[2]}, -1);
   auto expected = c.clone();
   for (int64_t t = 0; t < 7; ++t)
@@ -76,8 +76,8 @@ TEST(QkvConv, PerturbationReachesTokensTToTPlus2) {
     part = part.clone();
     part[0][3] += 1.0;
   }
-  const auto a = conv(qkv, context_of(MaskMode::causal));
-  const auto b = conv(perturbed, context_of(MaskMode::causal));
+  const auto a = conv(qkv, qkv_context(MaskMode::causal));
+  const auto b = conv(perturbed, qkv_context(MaskMode::causal));
   for (int part = 0; part < 3; ++part) {
     const auto changed = (a[part] - b[part]).abs().amax(-1)[0];
     for (int64_t t = 0; t < 9; ++t) EXPECT_EQ(changed[t].item<float>() > 0, t >= 3 && t <= 5) << part << " " << t;
@@ -85,7 +85,7 @@ TEST(QkvConv, PerturbationReachesTokensTToTPlus2) {
   auto only_v = qkv;
   only_v[2] = only_v[2].clone();
   only_v[2][0][3] += 1.0;
-  const auto c = conv(only_v, context_of(MaskMode::causal));
+  const auto c = conv(only_v, qkv_context(MaskMode::causal));
   EXPECT_TRUE(torch::equal(c[0], a[0]));
   EXPECT_TRUE(torch::equal(c[1], a[1]));
 }

@@ -17,9 +17,7 @@
 namespace inkstone {
 namespace {
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 ModelConfig conv_config(const std::string& mixers = "CA") {
   auto c = testing::tiny_model_config(/*init_std=*/0.2);

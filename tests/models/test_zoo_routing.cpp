@@ -16,7 +16,7 @@
 namespace inkstone {
 namespace {
 
-constexpr double kEps = 1e-6;
+constexpr double kRoutingEps = 1e-6;
 
 ModelConfig routed_config(const std::string& residual, int64_t heads = 1, int64_t n_layers = 3) {
   auto c = testing::tiny_model_config(/*init_std=*/0.2);
@@ -26,9 +26,7 @@ ModelConfig routed_config(const std::string& residual, int64_t heads = 1, int64_
   return c;
 }
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 // Every routing query and gain drawn at random, so no test passes by the zero init alone.
 void randomise_routing(LanguageModelImpl& model, double scale = 1.0) {
@@ -42,7 +40,7 @@ torch::Tensor ref_route(const std::vector<torch::Tensor>& sources, const torch::
   const int64_t d = sources[0].size(-1), width = d / heads;
   std::vector<torch::Tensor> logits;  // [B, T, H] per source
   for (const auto& s : sources) {
-    const auto k = s / torch::sqrt(s.pow(2).mean(-1, true) + kEps) * g;  // full-d statistic
+    const auto k = s / torch::sqrt(s.pow(2).mean(-1, true) + kRoutingEps) * g;  // full-d statistic
     std::vector<torch::Tensor> per_head;
     for (int64_t h = 0; h < heads; ++h)
       per_head.push_back((k.narrow(-1, h * width, width) * q.narrow(0, h * width, width)).sum(-1));
@@ -71,7 +69,7 @@ TEST(ZooRouting, RouteMatchesFloat64MultiHeadDefinition) {
     const auto gain = 1.0 + 0.3 * torch::randn({8}, torch::kDouble);
     const auto q = torch::randn({8}, torch::kDouble);
     const auto sources = random_sources(5, 8);
-    const auto out = route_sources(torch::stack(sources), q, gain, kEps, heads);
+    const auto out = route_sources(torch::stack(sources), q, gain, kRoutingEps, heads);
     EXPECT_LT(max_abs_diff(out, ref_route(sources, q, gain, heads)), 1e-12) << "heads " << heads;
   }
 }
@@ -79,7 +77,7 @@ TEST(ZooRouting, RouteMatchesFloat64MultiHeadDefinition) {
 TEST(ZooRouting, ZeroQueryGivesTheMeanOfTheSources) {
   const auto sources = random_sources(4, 8);
   const auto out = route_sources(torch::stack(sources), torch::zeros({8}, torch::kDouble),
-                                 torch::ones({8}, torch::kDouble), kEps, 2);
+                                 torch::ones({8}, torch::kDouble), kRoutingEps, 2);
   EXPECT_LT(max_abs_diff(out, torch::stack(sources).mean(0)), 1e-14);
 }
 
@@ -102,9 +100,9 @@ TEST(ZooRouting, MharKeyNormUsesTheFullWidth) {
   const auto q = torch::tensor({0.0, 0.0, 1.0, -1.0}, torch::kDouble);
   auto a = torch::tensor({1.0, 1.0, 2.0, 0.0}, torch::kDouble).view({1, 1, 4});
   const auto b = torch::tensor({1.0, 1.0, 0.0, 2.0}, torch::kDouble).view({1, 1, 4});
-  const auto before = route_sources(torch::stack({a, b}), q, gain, kEps, 2);
+  const auto before = route_sources(torch::stack({a, b}), q, gain, kRoutingEps, 2);
   a = a * torch::tensor({10.0, 10.0, 1.0, 1.0}, torch::kDouble);
-  const auto after = route_sources(torch::stack({a, b}), q, gain, kEps, 2);
+  const auto after = route_sources(torch::stack({a, b}), q, gain, kRoutingEps, 2);
   // Head 1 reads slice [2, 4), which is unchanged in both sources; only its weights can move it.
   EXPECT_GT(max_abs_diff(before.narrow(-1, 2, 2), after.narrow(-1, 2, 2)), 0.1);
 }
@@ -119,8 +117,8 @@ TEST(ZooRouting, EqualQuerySlicesOnSliceHomogeneousSourcesGiveOneHead) {
   for (int i = 0; i < 3; ++i) sources.push_back(torch::randn({2, 5, width}, torch::kDouble).repeat({1, 1, heads}));
   const auto q0 = torch::randn({width}, torch::kDouble);
   const auto stacked = torch::stack(sources);
-  const auto multi = route_sources(stacked, q0.repeat({heads}), gain, kEps, heads);
-  const auto single = route_sources(stacked, q0.repeat({heads}) / heads, gain, kEps, 1);
+  const auto multi = route_sources(stacked, q0.repeat({heads}), gain, kRoutingEps, heads);
+  const auto single = route_sources(stacked, q0.repeat({heads}) / heads, gain, kRoutingEps, 1);
   EXPECT_LT(max_abs_diff(multi, single), 1e-14);
 }
 
@@ -132,7 +130,7 @@ TEST(ZooRouting, RouteGradientsMatchFiniteDifferences) {
   auto q = torch::randn({6}, torch::kDouble);
   auto sources = torch::randn({3, 1, 2, 6}, torch::kDouble);
   const auto probe = torch::randn({1, 2, 6}, torch::kDouble);
-  const auto loss = [&] { return (route_sources(sources, q, gain, kEps, 2) * probe).sum(); };
+  const auto loss = [&] { return (route_sources(sources, q, gain, kRoutingEps, 2) * probe).sum(); };
 
   std::vector<torch::Tensor*> inputs{&q, &gain, &sources};
   std::vector<torch::Tensor> grads;
@@ -168,8 +166,9 @@ TEST(ZooRouting, RoutingNeverMixesPositions) {
   const auto batch_perm = torch::tensor({2, 0, 1}, torch::kLong);
   const auto time_perm = torch::tensor({4, 1, 3, 0, 2}, torch::kLong);
   const auto permuted = sources.index_select(1, batch_perm).index_select(2, time_perm);
-  const auto expected = route_sources(sources, q, gain, kEps, 2).index_select(0, batch_perm).index_select(1, time_perm);
-  EXPECT_LT(max_abs_diff(route_sources(permuted, q, gain, kEps, 2), expected), 1e-15);
+  const auto expected =
+      route_sources(sources, q, gain, kRoutingEps, 2).index_select(0, batch_perm).index_select(1, time_perm);
+  EXPECT_LT(max_abs_diff(route_sources(permuted, q, gain, kRoutingEps, 2), expected), 1e-15);
 }
 
 // A stream driven by hand: site inputs for made-up sublayer outputs.

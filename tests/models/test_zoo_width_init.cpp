@@ -16,9 +16,7 @@
 namespace inkstone {
 namespace {
 
-double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
-  return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
-}
+using testing::max_abs_diff;
 
 // An 8-layer, 128-wide model with an x-shaped profile down to ρ_b at layer 6, widths in multiples of 4 (fine
 // enough for the parameter match at this size).

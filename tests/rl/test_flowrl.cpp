@@ -9,7 +9,7 @@
 namespace inkstone {
 namespace {
 
-constexpr int64_t kVocab = 13;
+constexpr int64_t kFlowrlVocab = 13;
 
 struct FlowrlCase {
   LanguageModel model{nullptr};
@@ -18,11 +18,11 @@ struct FlowrlCase {
 };
 
 FlowrlCase flowrl_case() {
-  FlowrlCase s{testing::tiny_policy(kVocab), {}, default_config()};
+  FlowrlCase s{testing::tiny_policy(kFlowrlVocab), {}, default_config()};
   s.config.objective.name = "flowrl";
   s.config.model = testing::tiny_policy_config();
   s.config.flowrl.is_cap = 1.5;
-  s.batch = testing::rollout_batch(*s.model, testing::random_rows(2, 4, kVocab, {1, 0, 0, 1, 0.5, 0, 1, 1}, 12));
+  s.batch = testing::rollout_batch(*s.model, testing::random_rows(2, 4, kFlowrlVocab, {1, 0, 0, 1, 0.5, 0, 1, 1}, 12));
   const auto policy = s.batch.rollout.policy.to(torch::kFloat);
   torch::manual_seed(13);
   s.batch.rollout.ref_log_probs = s.batch.rollout.old_log_probs + 0.3 * torch::randn_like(policy) * policy;

@@ -15,7 +15,7 @@ using testing::random_rows;
 using testing::rollout_batch;
 using testing::tiny_policy;
 
-constexpr int64_t kVocab = 17;
+constexpr int64_t kGflowrlVocab = 17;
 
 // Two non-degenerate groups of four with binary and partial rewards.
 const std::vector<double> kRewards = {1, 0, 0, 1, 0.5, 0, 1, 1};
@@ -40,8 +40,8 @@ torch::Tensor mean_loss(Objective& objective, LanguageModelImpl& model, const Ba
 // docs/rl.md, "First-step gradient", with π_ref = π_old: ∇L_GFlowRL = 2β ∇L_GRPO, L_GRPO with A = r − r̄ and
 // ratio 1; norm none pairs with sequence sums, norm both with per-sequence token means.
 void expect_two_beta_grpo(const std::string& norm, const std::string& aggregation) {
-  auto model = tiny_policy(kVocab);
-  const Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 3));
+  auto model = tiny_policy(kGflowrlVocab);
+  const Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 3));
   Config c = gflowrl_config(norm);
   c.grpo.scale_rewards = "none";
   c.grpo.aggregation = aggregation;
@@ -63,8 +63,8 @@ TEST(Gflowrl, FirstStepIsTwoBetaTimesGrpoWithLengthNormalisation) {
 // docs/rl.md, "First-step gradient", with a reference: −∇L = (2/G) Σ_i (s_i − s̄) ∇ℓ_i, REINFORCE on
 // β r − log(π_old/π_ref) with a group mean.
 TEST(Gflowrl, FirstStepIsReinforceOnTheKlRegularisedReturn) {
-  auto model = tiny_policy(kVocab);
-  Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 4));
+  auto model = tiny_policy(kGflowrlVocab);
+  Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 4));
   torch::manual_seed(9);
   batch.rollout.ref_log_probs =
       batch.rollout.old_log_probs + 0.3 * torch::randn_like(batch.rollout.old_log_probs) * batch.rollout.policy;
@@ -82,8 +82,8 @@ TEST(Gflowrl, FirstStepIsReinforceOnTheKlRegularisedReturn) {
 }
 
 TEST(Gflowrl, FlowGapsSumToZeroPerGroupForNoneAndBoth) {
-  auto model = tiny_policy(kVocab);
-  Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 5));
+  auto model = tiny_policy(kGflowrlVocab);
+  Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 5));
   batch.rollout.ref_log_probs = batch.rollout.old_log_probs - 0.7 * batch.rollout.policy.to(torch::kFloat);
   for (const char* norm : {"none", "both"}) {
     const FlowGaps f = flow_gaps(gflowrl_config(norm).gflowrl, batch);
@@ -99,11 +99,11 @@ TEST(Gflowrl, FlowGapsSumToZeroPerGroupForNoneAndBoth) {
 }
 
 TEST(Gflowrl, ClipBoundsHoldAndSaturationCountsMatchBruteForce) {
-  auto model = tiny_policy(kVocab);
+  auto model = tiny_policy(kGflowrlVocab);
   torch::manual_seed(21);
   std::vector<double> rewards;
   for (int i = 0; i < 24; ++i) rewards.push_back(torch::rand({1}).item<double>());
-  Batch batch = rollout_batch(*model, random_rows(4, 6, kVocab, rewards, 6));
+  Batch batch = rollout_batch(*model, random_rows(4, 6, kGflowrlVocab, rewards, 6));
   batch.rollout.ref_log_probs =
       batch.rollout.old_log_probs + 0.2 * torch::randn_like(batch.rollout.old_log_probs) * batch.rollout.policy;
   Config c = gflowrl_config("none");
@@ -131,8 +131,8 @@ TEST(Gflowrl, ClipBoundsHoldAndSaturationCountsMatchBruteForce) {
 // Off-policy (old ≠ current), the gradient is the analytic one of docs/rl.md, "Importance correction",
 // Σ 2 w_i δ_i k_i ∇ℓ_i with w held constant: the IS weight carries no gradient. Also checks w ≡ 1 on policy.
 TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
-  auto model = tiny_policy(kVocab);
-  Batch batch = rollout_batch(*model, random_rows(2, 4, kVocab, kRewards, 7));
+  auto model = tiny_policy(kGflowrlVocab);
+  Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 7));
   Config c = gflowrl_config("both");
   c.gflowrl.is_ratio = "raw";
   GflowrlObjective objective(c);
@@ -158,10 +158,10 @@ TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
 }
 
 TEST(Gflowrl, DegenerateGroupsAddNoLossAndLeaveTheDenominator) {
-  auto model = tiny_policy(kVocab);
+  auto model = tiny_policy(kGflowrlVocab);
   std::vector<double> rewards = kRewards;
   rewards.insert(rewards.end(), {1, 1, 1, 1});  // a third group, all correct
-  const auto rows = random_rows(3, 4, kVocab, rewards, 10);
+  const auto rows = random_rows(3, 4, kGflowrlVocab, rewards, 10);
   // A drift that varies by length gives the degenerate group non-zero gaps, so dropping it is visible.
   auto with_drift = [&](Batch batch) {
     batch.rollout.ref_log_probs = batch.rollout.old_log_probs - 0.5 * batch.rollout.policy.to(torch::kFloat);

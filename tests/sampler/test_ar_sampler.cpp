@@ -7,19 +7,13 @@
 #include "sampler/ar_sampler.h"
 #include "sampler/sampling.h"
 #include "tests/fixtures.h"
+#include "tests/sampler/sampler_fixtures.h"
 
 namespace inkstone {
 namespace {
 
-constexpr int64_t kVocab = 29;
-
-// init_std 0.3: peaked next-token distributions, so greedy ties are vanishingly unlikely.
-ModelConfig tiny_config() { return testing::tiny_model_config(/*init_std=*/0.3); }
-
-LanguageModel tiny_model() {
-  torch::manual_seed(11);
-  return build_language_model(tiny_config(), kVocab);
-}
+using testing::kSamplerVocab;
+using testing::peaked_tiny_model;
 
 const std::vector<std::vector<int32_t>> kPrompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}};
 
@@ -90,7 +84,7 @@ TEST(Sampling, LogProbsAreTemperedAndRenormalised) {
 }
 
 TEST(ArSampler, SameSeedSameSamplesDifferentSeedDifferent) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   const auto a = sample_autoregressive(model, kPrompts, options(1.0, 7));
   const auto b = sample_autoregressive(model, kPrompts, options(1.0, 7));
   const auto c = sample_autoregressive(model, kPrompts, options(1.0, 8));
@@ -105,7 +99,7 @@ TEST(ArSampler, SameSeedSameSamplesDifferentSeedDifferent) {
 }
 
 TEST(ArSampler, GreedyIsArgmaxOfFullForwardWithAndWithoutCache) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   for (bool use_cache : {true, false}) {
     auto o = options(0.0);
     o.use_kv_cache = use_cache;
@@ -123,7 +117,7 @@ TEST(ArSampler, GreedyIsArgmaxOfFullForwardWithAndWithoutCache) {
 }
 
 TEST(ArSampler, TopK1EqualsGreedy) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   auto top1 = options(1.0, 3);
   top1.sampling.top_k = 1;
   EXPECT_EQ(tokens_of(sample_autoregressive(model, kPrompts, top1)),
@@ -133,7 +127,7 @@ TEST(ArSampler, TopK1EqualsGreedy) {
 // The reported log-probs are those of the filtered, tempered distribution of the full forward (RL reuses them),
 // and the cache does not change what is drawn.
 TEST(ArSampler, LogProbsMatchFullForwardAndCacheDoesNotChangeDraws) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   auto o = options(0.8, 5);
   o.sampling.top_k = 10;
   o.sampling.top_p = 0.9;
@@ -151,7 +145,7 @@ TEST(ArSampler, LogProbsMatchFullForwardAndCacheDoesNotChangeDraws) {
 
 // Two end ids, as a chat model has (end of turn and end of text): a row ends at the first of either.
 TEST(ArSampler, EndIdsStopEachRowAtItsFirstEndId) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   const auto free_run = sample_autoregressive(model, kPrompts, options(1.0, 9));
   auto o = options(1.0, 9);
   o.end_ids = {free_run.samples[0].tokens[2], free_run.samples[1].tokens[4]};
@@ -171,9 +165,9 @@ TEST(ArSampler, EndIdsStopEachRowAtItsFirstEndId) {
 }
 
 TEST(ArSampler, RejectsBadInput) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   EXPECT_THROW(sample_autoregressive(model, {{1}, {}}, options(1.0)), InputError);
-  EXPECT_THROW(sample_autoregressive(model, {{1, kVocab}}, options(1.0)), InputError);
+  EXPECT_THROW(sample_autoregressive(model, {{1, kSamplerVocab}}, options(1.0)), InputError);
   auto o = options(1.0);
   o.sampling.top_p = 0;
   EXPECT_THROW(sample_autoregressive(model, {{1}}, o), InputError);
@@ -188,23 +182,23 @@ namespace {
 // A vocabulary padded past the tokenizer (model.vocab_size > tokenizer ids, as HF checkpoints have): the padding
 // rows are made the likeliest, and still no draw lands on one.
 TEST(ArSampler, NeverDrawsPaddingRowsOfTheVocabulary) {
-  ModelConfig config = tiny_config();
-  config.vocab_size = kVocab + 35;
+  ModelConfig config = testing::peaked_model_config();
+  config.vocab_size = kSamplerVocab + 35;
   torch::manual_seed(11);
-  auto model = build_language_model(config, kVocab);
-  ASSERT_EQ(model->token_count(), kVocab);
+  auto model = build_language_model(config, kSamplerVocab);
+  ASSERT_EQ(model->token_count(), kSamplerVocab);
   {
     torch::NoGradGuard no_grad;
-    model->embed->weight.narrow(0, kVocab, 35).mul_(50.0);  // the tied head scores padding rows highest
+    model->embed->weight.narrow(0, kSamplerVocab, 35).mul_(50.0);  // the tied head scores padding rows highest
   }
   {
     torch::NoGradGuard no_grad;
     const auto full = model->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0)).logits;
-    ASSERT_GE(full[0][-1].argmax().item<int64_t>(), kVocab) << "the padding rows must be the likeliest";
+    ASSERT_GE(full[0][-1].argmax().item<int64_t>(), kSamplerVocab) << "the padding rows must be the likeliest";
   }
   const auto result = sample_autoregressive(model, kPrompts, options(1.0, 3));
   for (const auto& sample : result.samples)
-    for (int32_t id : sample.tokens) EXPECT_LT(id, kVocab);
+    for (int32_t id : sample.tokens) EXPECT_LT(id, kSamplerVocab);
 }
 
 }  // namespace

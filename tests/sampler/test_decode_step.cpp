@@ -8,16 +8,13 @@
 #include "sampler/ar_sampler.h"
 #include "sampler/decode_step.h"
 #include "tests/fixtures.h"
+#include "tests/sampler/sampler_fixtures.h"
 
 namespace inkstone {
 namespace {
 
-constexpr int64_t kVocab = 29;
-
-LanguageModel tiny_model() {
-  torch::manual_seed(11);
-  return build_language_model(testing::tiny_model_config(/*init_std=*/0.3), kVocab);
-}
+using testing::kSamplerVocab;
+using testing::peaked_tiny_model;
 
 // Two rows, the first left-padded by three slots, prefilled into a cache of `capacity` slots.
 struct Prefilled {
@@ -42,7 +39,7 @@ Prefilled prefill(LanguageModel& model, int64_t capacity) {
 
 TEST(FixedWindowDecoding, GivesTheGrowingCachesLogitsEveryStep) {
   torch::NoGradGuard no_grad;
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   auto growing = prefill(model, 12);
   auto fixed = prefill(model, 12);
   FixedWindowDecoder decoder(model, fixed.cache, 2, /*use_graph=*/false);
@@ -65,7 +62,7 @@ TEST(FixedWindowDecoding, GivesTheGrowingCachesLogitsEveryStep) {
 }
 
 TEST(FixedWindowDecoding, SamplesWhatTheGrowingCacheSamples) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}};
   for (const double temperature : {0.0, 1.0}) {
     ArSampleOptions o;
@@ -102,7 +99,7 @@ TEST(FixedWindowDecoding, NamesWhatKeepsAModelFromBeingCaptured) {
 }
 
 TEST(FixedWindowDecoding, AGraphIsRefusedWithoutCuda) {
-  auto model = tiny_model();
+  auto model = peaked_tiny_model();
   ArSampleOptions o;
   o.max_new_tokens = 4;
   o.decode = DecodeMode::cuda_graph;
