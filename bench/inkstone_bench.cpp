@@ -227,6 +227,7 @@ SamplingSetup sampling_setup(const BenchArgs& a, const std::string& objective, i
   s.model = cli::build_model_for(s.config, *s.ctx.tokenizer, s.ctx.device);
   s.model->to(s.ctx.device);
   s.model->eval();
+  if (s.config.run.param_dtype == "bf16") cast_parameters(*s.model, torch::kBFloat16);  // as `sample --param-dtype`
   return s;
 }
 
@@ -367,7 +368,8 @@ int main(int argc, char** argv) {
   app.add_option("--work", a.work, "Scratch folder: synthetic corpus, run folder, share.safetensors");
   app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
-  app.add_option("--param-dtype", a.param_dtype, "train: the weights' dtype (bf16: fp32 master weights)")
+  app.add_option("--param-dtype", a.param_dtype,
+                 "the weights' dtype (train: bf16 with fp32 master weights; sampling: bf16 weights)")
       ->check(CLI::IsMember({"fp32", "bf16"}));
   app.add_option("--threads", a.threads);
   app.add_option("--seed", a.seed);

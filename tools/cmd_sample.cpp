@@ -1,12 +1,16 @@
 // `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F | --infill TEMPLATE]
 //  [--num N] [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]
-//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]] [--noise-removal ancestral|greedy|none] [--trace K]`
+//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]] [--noise-removal
+//  ancestral|greedy|none] [--trace K]
+//  [--param-dtype fp32|bf16]`
 // The checkpoint's objective picks the sampler: autoregressive decoding, or diffusion denoising.
 // Options left out take the run's [sample] values.
-#include <fstream>
-
 #include <fmt/format.h>
 
+#include <fstream>
+#include <numeric>
+
+#include "checkpoint/module_weights.h"
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "dataset/prompt_format.h"
@@ -40,6 +44,7 @@ struct SampleOptions {
   std::optional<std::string> posterior;
   std::optional<int64_t> batch_size;
   bool eager = false;
+  std::optional<std::string> param_dtype;
 };
 
 // The run's [sample] settings with the options given on the command line in their place.
@@ -125,7 +130,9 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   for (size_t i = 0; i < result.samples.size(); ++i) {
     const ArSample& s = result.samples[i];
     print_sample(o, i, prompts[s.prompt_index], tokenizer.decode(s.tokens, o.keep_special), s.tokens,
-                 {{"finish", to_string(s.finish)}, {"prompt_index", s.prompt_index},
+                 {{"finish", to_string(s.finish)},
+                  {"prompt_index", s.prompt_index},
+                  {"log_prob", std::accumulate(s.log_probs.begin(), s.log_probs.end(), 0.0)},
                   {"unigram_entropy", unigram_entropy(s.tokens)}});
   }
   fmt::print(stderr, "{} tokens in {:.2f} s ({:.0f} tokens/s{}), checkpoint step {}\n", result.generated_tokens,
@@ -244,6 +251,12 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
 
 int sample(const SampleOptions& o) {
   TrainedModel trained = load_trained_model(o.checkpoint, o.device);
+  // The weights sample in the run's run.param_dtype unless told otherwise: bf16 halves what a GPU decode step reads.
+  const std::string param_dtype = o.param_dtype.value_or(trained.config.run.param_dtype);
+  if (param_dtype == "bf16") {
+    cast_parameters(*trained.model, torch::kBFloat16);
+    fmt::print(stderr, "sampling with bf16 weights\n");
+  }
   if (trained.objective->needs().mask == MaskMode::causal) return sample_autoregressive_run(o, trained);
   return sample_diffusion_run(o, trained);
 }
@@ -291,6 +304,9 @@ void add_sample_command(CLI::App& app, Action& action) {
                 "(default: refuse)");
   cmd->add_option("--format", o->format, "text | jsonl")->check(CLI::IsMember({"text", "jsonl"}));
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
+  cmd->add_option("--param-dtype", o->param_dtype,
+                  "fp32 | bf16: the weights' dtype while sampling (default: the run's)")
+      ->check(CLI::IsMember({"fp32", "bf16"}));
   cmd->add_flag("--keep-special", o->keep_special, "Print special tokens (<|im_end|>, eos) instead of dropping them");
   cmd->callback([o, &action] {
     action = [o] {

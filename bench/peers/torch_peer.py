@@ -277,7 +277,7 @@ def run_hf_generate(args, device):
     """Rollouts with transformers' `generate`: G samples per prompt (left-padded), temperature 1, every row made to
     run all new tokens (min_new_tokens), KV cache on, in the precision asked."""
     tensors, meta = read_safetensors(os.path.join(args.work, "share.safetensors"))
-    dtype = torch.bfloat16 if args.precision == "bf16" else torch.float32
+    dtype = torch.bfloat16 if "bf16" in (args.precision, args.param_dtype) else torch.float32
     model = hf_model(tensors, meta, device, dtype)
     prompts = [[t for t in row.tolist() if t >= 0] for row in tensors["prompts"]]
     width = max(len(p) for p in prompts)
@@ -322,6 +322,8 @@ def main():
     p.add_argument("--work", default="bench-work")
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     p.add_argument("--precision", default="fp32", choices=["fp32", "bf16"])
+    p.add_argument("--param-dtype", default="fp32", choices=["fp32", "bf16"],
+                   help="--hf-generate: the model's dtype (inkstone_bench: its weights' dtype while sampling)")
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--seed", type=int, default=1234)
     p.add_argument("--compile", action="store_true", help="torch.compile the model (torch 2.x)")

@@ -1,21 +1,28 @@
 // What a run promises when things go wrong (docs/reliability.md): one writer per run folder, no non-finite
 // checkpoint, no NaN or infinite setting, and a signal that stops a run after a checkpoint it resumes from.
 #include <gtest/gtest.h>
-
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <fstream>
+#include <nlohmann/json.hpp>
+#include <numeric>
+#include <sstream>
 #include <thread>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/module_weights.h"
 #include "config/config.h"
 #include "core/errors.h"
 #include "core/run_lock.h"
+#include "dataset/prompt_format.h"
+#include "sampler/ar_sampler.h"
+#include "sampler/text_samples.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
+#include "tools/run_setup.h"
 
 namespace inkstone {
 namespace {
@@ -138,6 +145,54 @@ TEST(BoundedSampling, ALongPromptIsRefusedOrTruncatedOnRequest) {
                             "--truncate-prompts"});
   EXPECT_EQ(cut.exit_code, 0) << cut.output;
   EXPECT_NE(cut.output.find("prompt 0: 41 tokens truncated to its last 28"), std::string::npos) << cut.output;
+  fs::remove_all(dir);
+}
+
+// The summed log-probability of each sample the CLI printed as JSON lines, in order.
+std::vector<double> printed_log_probs(const std::string& output) {
+  std::vector<double> sums;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty() && line[0] == '{') sums.push_back(nlohmann::json::parse(line).at("log_prob").get<double>());
+  return sums;
+}
+
+// `sample --param-dtype bf16` samples with the checkpoint's weights rounded to bf16: the log-probabilities it prints
+// are those of the same model cast in process, and not those of the fp32 weights.
+TEST(SamplingPrecision, Bf16WeightsSampleAsTheModelCastToBf16) {
+  const auto dir = testing::temp_dir("sampling_precision");
+  const auto config = write_tiny_config(dir, 2);
+  const auto run = (dir / "run").string();
+  ASSERT_EQ(run_cli({"train", config.string(), "--run-dir", run}).exit_code, 0);
+  const auto cli = run_cli({"sample", "--run-dir", run, "--prompt", "the", "--num", "3", "--max-new-tokens", "6",
+                            "--temperature", "1", "--seed", "5", "--format", "jsonl", "--param-dtype", "bf16"});
+  ASSERT_EQ(cli.exit_code, 0) << cli.output;
+  EXPECT_NE(cli.output.find("sampling with bf16 weights"), std::string::npos) << cli.output;
+  const auto printed = printed_log_probs(cli.output);
+  ASSERT_EQ(printed.size(), 3u) << cli.output;
+
+  const auto in_process = [&](bool bf16) {
+    cli::TrainedModel trained = cli::load_trained_model(run, "cpu");
+    if (bf16) cast_parameters(*trained.model, torch::kBFloat16);
+    SampleConfig sample = trained.config.sample;
+    sample.num = 3;
+    sample.max_new_tokens = 6;
+    sample.temperature = 1.0;
+    sample.seed = 5;
+    const PromptFormat format(trained.config.chat, *trained.tokenizer);
+    std::vector<double> sums;
+    for (const auto& s :
+         sample_autoregressive(trained.model, {format.encode("the")}, ar_sample_options(sample, format)).samples)
+      sums.push_back(std::accumulate(s.log_probs.begin(), s.log_probs.end(), 0.0));
+    return sums;
+  };
+  const auto bf16 = in_process(true), fp32 = in_process(false);
+  double largest_gap = 0;
+  for (size_t i = 0; i < printed.size(); ++i) {
+    EXPECT_NEAR(printed[i], bf16[i], 1e-5) << "sample " << i;
+    largest_gap = std::max(largest_gap, std::abs(printed[i] - fp32[i]));
+  }
+  EXPECT_GT(largest_gap, 1e-4) << "the printed samples are the fp32 model's";
   fs::remove_all(dir);
 }
 
