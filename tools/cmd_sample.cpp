@@ -1,14 +1,13 @@
 // `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F | --infill TEMPLATE]
 //  [--num N] [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]
-//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]] [--noise-removal
-//  ancestral|greedy|none] [--trace K]
-//  [--param-dtype fp32|bf16]`
+//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]]
+//  [--noise-removal ancestral|greedy|none] [--trace K] [--param-dtype fp32|bf16]`
 // The checkpoint's objective picks the sampler: autoregressive decoding, or diffusion denoising.
 // Options left out take the run's [sample] values.
-#include <fmt/format.h>
-
 #include <fstream>
 #include <numeric>
+
+#include <fmt/format.h>
 
 #include "checkpoint/module_weights.h"
 #include "core/errors.h"
