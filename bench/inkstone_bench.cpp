@@ -45,7 +45,7 @@ struct BenchArgs {
   fs::path work = "bench-work";
   std::string device = "cpu";
   std::string precision = "fp32";
-  std::string param_dtype = "fp32";  // train: bf16 keeps the weights in bf16 with fp32 masters (run.param_dtype)
+  std::string param_dtype = "fp32";  // bf16: train with fp32 masters (run.param_dtype), or sample in bf16
   int64_t threads = 1;
   int64_t seed = 1234;
   int64_t d_model = 64, layers = 2, heads = 4, kv_heads = 4, seq_len = 64, batch = 8;

@@ -18,7 +18,8 @@ TimeEmbeddingImpl::TimeEmbeddingImpl(int64_t cond_dim) {
 }
 
 torch::Tensor TimeEmbeddingImpl::forward(const torch::Tensor& sigma) {
-  const auto emb = sinusoidal_embedding(sigma, kFrequencyDim, kMaxPeriod);
+  // The sinusoids are formed in float32 and enter in the weights' dtype (bf16 under run.param_dtype = bf16).
+  const auto emb = sinusoidal_embedding(sigma, kFrequencyDim, kMaxPeriod).to(in_proj->weight.scalar_type());
   return torch::silu(out_proj(torch::silu(in_proj(emb))));
 }
 

@@ -7,7 +7,8 @@
 namespace inkstone {
 
 // x: [B, H, T, h_d], any strides; cos, sin: [B or 1, 1, T, h_d] float32 (models/rope.h). The result has x's dtype
-// and layout; float32 and bf16 are computed in float32 exactly as the composite rounds, float64 in float64.
+// and layout; float32 and bf16 are computed in float32 exactly as the composite rounds, float64 in float64. The
+// gradient is computed by the same op and is not itself differentiable (no double backward).
 torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos, const torch::Tensor& sin);
 
 }  // namespace inkstone

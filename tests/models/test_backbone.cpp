@@ -1,10 +1,11 @@
 // The Qwen3-style backbone against float64 references written out here (docs/backbones.md, "Base block" and
 // "adaLN-Zero time conditioning").
-#include <cmath>
-
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <cmath>
+
+#include "checkpoint/module_weights.h"
 #include "core/errors.h"
 #include "core/torch_compat.h"
 #include "models/attention.h"
@@ -347,6 +348,25 @@ TEST(Backbone, AdaLNZeroBlocksAreIdentityAndLogitsZeroAtInit) {
   block.adaln->weight.normal_(0.0, 0.1);
   x = model->embed(tokens);
   EXPECT_FALSE(torch::equal(block.forward(x, context, cond), x));
+}
+
+// bf16 weights (run.param_dtype, `sample --param-dtype bf16`): the float32 sinusoids of the noise level enter the
+// time embedding in the weights' dtype, and the logits stay those of the fp32 model to bf16's precision.
+TEST(Backbone, ATimeConditionedModelRunsInBf16Weights) {
+  torch::manual_seed(8);
+  auto model = build_language_model(conditioned_config(), 37);
+  torch::NoGradGuard no_grad;
+  for (auto& p : model->parameters()) p.add_(0.05 * torch::randn_like(p));  // off the zero-initialised modulation
+  const auto tokens = torch::randint(0, 37, {2, 6}, torch::kLong);
+  ForwardArgs args;
+  args.mask = MaskMode::bidirectional;
+  args.noise_level = torch::tensor({0.3f, 2.5f});
+  const auto fp32 = model(tokens, args).logits;
+  cast_parameters(*model, torch::kBFloat16);
+  const auto bf16 = model(tokens, args).logits;
+  ASSERT_TRUE(bf16.isfinite().all().item<bool>());
+  EXPECT_LT(max_abs_diff(bf16, fp32), 0.05 * fp32.abs().max().item<double>() + 0.02);
+  EXPECT_GT(max_abs_diff(bf16, fp32), 0.0) << "the weights were not cast";
 }
 
 TEST(Backbone, TimestepEmbeddingMatchesSinCosFormula) {

@@ -77,6 +77,19 @@ TEST(FusedRope, Float64RotatesInFloat64AndItsGradientIsTheTranspose) {
   EXPECT_LT((again.grad() - x).abs().max().item<double>(), 1e-6);
 }
 
+// A gradient of zero strides (sum().backward() hands one expanded scalar) and a table shared by the batch.
+TEST(FusedRope, TakesAnExpandedGradient) {
+  torch::manual_seed(5);
+  const auto x = per_head_view(2, 3, 5, 8, torch::kFloat);
+  const auto table = rope_table(torch::randint(0, 4000, {1, 5}, torch::kLong), 8, kRopeTheta);
+  const auto gradient = [&](bool fused) {
+    auto leaf = x.detach().clone().requires_grad_(true);
+    (fused ? apply_rope(leaf, table) : composite_rope(leaf, table, torch::kFloat)).sum().backward();
+    return leaf.grad();
+  };
+  EXPECT_TRUE(torch::equal(gradient(true), gradient(false)));
+}
+
 TEST(FusedRope, RefusesWhatItCannotRotate) {
   const auto table = rope_table(torch::zeros({1, 4}, torch::kLong), 8, kRopeTheta);
   EXPECT_THROW(fused_rope(torch::zeros({1, 2, 4, 7}), table.cos, table.sin), c10::Error);               // odd h_d
