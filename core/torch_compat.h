@@ -20,18 +20,64 @@ class Backend;
 
 namespace inkstone::compat {
 
-// Scaled dot-product attention on [B, H, T, D] tensors. 2.x dispatches to flash / memory-efficient kernels.
-// 1.13's (a private op returning (output, weights)) is only the composite math path, whose backward is slow on
-// CPU: explicit_attention is the same forward with a faster backward.
-// With `sink` (the off-by-one softmax, which no fused SDPA kernel computes) every version takes the explicit
-// path: O(T²) attention weights per head in memory, as 1.13 always does.
+// Query head h reads KV head ⌊h·H_kv/H⌋: each KV head repeated H/H_kv times in a row ([B, H_kv, T, D] -> [B, H, T, D]).
+inline torch::Tensor repeat_kv_heads(const torch::Tensor& x, int64_t query_heads) {
+  const int64_t group = query_heads / x.size(1);
+  return group > 1 ? x.repeat_interleave(group, 1) : x;
+}
+
+// libtorch's scaled dot-product attention (2.x: flash / cuDNN / memory-efficient kernels where they apply, which
+// keep O(T) per query for backward). Grouped queries without repeating K and V where libtorch can (2.5+).
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+inline torch::Tensor fused_sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                const c10::optional<torch::Tensor>& mask, bool is_causal) {
+#if INKSTONE_TORCH_AT_LEAST(2, 5)
+  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal, c10::nullopt,
+                                          /*enable_gqa=*/q.size(1) != k.size(1));
+#else
+  return at::scaled_dot_product_attention(q, repeat_kv_heads(k, q.size(1)), repeat_kv_heads(v, q.size(1)), mask,
+                                          0.0, is_causal);
+#endif
+}
+
+// The attention sink as one more key and value, both zero, in slot 0 where every query sees it: its logit q·0 = 0
+// joins each softmax's normaliser and its value adds nothing to the output, which is the off-by-one softmax
+// exactly (docs/backbones.md, "Attention sink"), in a form the fused kernels compute. Under the causal rule a zero
+// query in slot 0 keeps the problem square (libtorch aligns a non-square causal mask top-left): query slot t + 1
+// then sees the sink and keys 0..t, and slot 0's output (0) is dropped.
+inline torch::Tensor fused_sdpa_with_sink(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                          const c10::optional<torch::Tensor>& mask, bool is_causal) {
+  const auto zero_slot = [](const torch::Tensor& x) {
+    return torch::cat({torch::zeros_like(x.narrow(2, 0, 1)), x}, 2);
+  };
+  if (is_causal) return fused_sdpa(zero_slot(q), zero_slot(k), zero_slot(v), c10::nullopt, true).narrow(2, 1, q.size(2));
+  c10::optional<torch::Tensor> with_sink;
+  if (mask) {
+    const auto sink_visible = torch::ones({mask->size(0), mask->size(1), mask->size(2), 1}, mask->options());
+    with_sink = torch::cat({sink_visible, *mask}, -1);
+  }
+  return fused_sdpa(q, zero_slot(k), zero_slot(v), with_sink, false);
+}
+#endif
+
+// Whether attention keeps O(T) per query for backward (libtorch 2.x's kernels) rather than every weight
+// (explicit_attention, 1.13): what the memory plan counts.
+#if INKSTONE_TORCH_AT_LEAST(2, 0)
+constexpr bool kAttentionKeepsNoWeights = true;
+#else
+constexpr bool kAttentionKeepsNoWeights = false;
+#endif
+
+// Scaled dot-product attention of q [B, H, Tq, D] over k, v [B, H_kv, Tk, D] (H_kv divides H), optionally with the
+// sink (the off-by-one softmax). 1.13's own op (private, returning (output, weights)) is only the composite math
+// path, whose backward is slow on CPU: explicit_attention is the same forward with a faster backward, and it keeps
+// B·H·Tq·Tk weights for backward.
 inline torch::Tensor sdpa(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                           const c10::optional<torch::Tensor>& mask, bool is_causal, bool sink = false) {
-  if (sink) return explicit_attention(q, k, v, mask, is_causal, /*sink=*/true);
 #if INKSTONE_TORCH_AT_LEAST(2, 0)
-  return at::scaled_dot_product_attention(q, k, v, mask, 0.0, is_causal);
+  return sink ? fused_sdpa_with_sink(q, k, v, mask, is_causal) : fused_sdpa(q, k, v, mask, is_causal);
 #else
-  return explicit_attention(q, k, v, mask, is_causal);
+  return explicit_attention(q, repeat_kv_heads(k, q.size(1)), repeat_kv_heads(v, q.size(1)), mask, is_causal, sink);
 #endif
 }
 

@@ -55,15 +55,17 @@ int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
   return count;
 }
 
-// What autograd keeps: the scaled queries, the keys and values the scores read (repeated to every query head
-// under grouped queries), the attention weights (the explicit path keeps all `context` of them per head; a fused
-// kernel a few per query), o_proj's input, and with QK-norm the norms' inputs. RoPE multiplies by constant tables
-// and keeps nothing of its own.
+// What autograd keeps: the queries, the keys and values the scores read (repeated to every query head under
+// grouped queries where libtorch cannot group), the attention weights (the explicit path of libtorch 1.13 keeps all
+// `context` of them per head; 2.x's kernels a few floats per query), o_proj's input, and with QK-norm the norms'
+// inputs. RoPE multiplies by constant tables and keeps nothing of its own.
 double AttentionImpl::saved_floats_per_token(const ModelConfig& config, int64_t context) {
   const double hd = static_cast<double>(resolved_head_dim(config));
   const double q = static_cast<double>(config.n_heads) * hd, kv = static_cast<double>(config.n_kv_heads) * hd;
-  const bool grouped = config.n_heads != config.n_kv_heads;
-  double floats = 2 * q + (grouped ? 2 * q : 2 * kv) + static_cast<double>(config.n_heads * context);
+  const bool repeated = config.n_heads != config.n_kv_heads && !compat::kAttentionKeepsNoWeights;
+  const double weights = compat::kAttentionKeepsNoWeights ? 2.0 * static_cast<double>(config.n_heads)
+                                                          : static_cast<double>(config.n_heads * context);
+  double floats = 2 * q + (repeated ? 2 * q : 2 * kv) + weights;
   if (config.qk_norm) floats += q + kv;
   if (config.qkv_conv) floats += 2 * (q + 2 * kv);
   return floats;
@@ -114,12 +116,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
                                                    : context.cache->append(layer_index_, k, v);
   }
 
-  // Repeating each KV head n_q/n_kv times in a row gives query head h the KV head ⌊h·n_kv/n_q⌋.
-  const int64_t group = n_heads_ / n_kv_heads_;
-  if (group > 1) {
-    k = k.repeat_interleave(group, 1);
-    v = v.repeat_interleave(group, 1);
-  }
+  // Grouped queries: query head h reads KV head ⌊h·n_kv/n_q⌋ (compat::sdpa repeats K and V only where libtorch
+  // cannot group).
   const auto y = compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
   return o_proj(y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_}));
 }

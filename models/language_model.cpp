@@ -146,6 +146,17 @@ void LanguageModelImpl::tap_feed_forward_activations(const std::function<void(in
 // Slots are tokens, or with hidden decoding n per token: the cache, the masks and the blocks count slots, while
 // positions, padding and logits come and go per token.
 ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const ForwardArgs& args) {
+  const auto x = hidden_states(tokens, args);
+  auto logits = torch::nn::functional::linear(x, head_weight(args.token_logits_only));
+  return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
+}
+
+torch::Tensor LanguageModelImpl::head_weight(bool token_rows_only) const {
+  const auto& weight = head.is_empty() ? embed->weight : head->weight;
+  return token_rows_only && token_count_ < vocab_size_ ? weight.narrow(0, 0, token_count_) : weight;
+}
+
+torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, const ForwardArgs& args) {
   const int64_t batch = tokens.size(0);
   const int64_t length = tokens.size(1);
   const int64_t slots = streams_.streams() * length;
@@ -217,10 +228,8 @@ ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const Forward
   auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
   if (varying) x = varying->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
-  auto logits = head.is_empty() ? torch::nn::functional::linear(x, embed->weight) : head(x);
   if (args.cache && !fixed_window) args.cache->advance(slots);
-  if (args.token_logits_only && token_count_ < vocab_size_) logits = logits.narrow(-1, 0, token_count_);
-  return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
+  return x;
 }
 
 // A branch whose weights come and go needs its own autograd node once gradient is on: backward must find the

@@ -79,6 +79,12 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
 
   // tokens: [B, T] int64.
   ForwardOut forward(const torch::Tensor& tokens, const ForwardArgs& args = {});
+  // The head's input [B, T, d] (final norm, then modulation if conditioned) without the head: what a loss over
+  // the vocabulary in row chunks starts from (objectives/chunked_vocab.h). token_logits_only is not read here.
+  torch::Tensor hidden_states(const torch::Tensor& tokens, const ForwardArgs& args = {});
+  // The head's weight [V, d] (the token table when tied): logits = hidden · weightᵀ. token_rows_only: the
+  // tokenizer's ids only, as ForwardArgs::token_logits_only.
+  torch::Tensor head_weight(bool token_rows_only = false) const;
 
   // Activation checkpointing in training forwards with gradient (docs/training.md): blocks 0, k, 2k, ... with
   // every = k recompute their branches in backward; 0: none.

@@ -3,19 +3,22 @@
 
 #include <torch/nn/functional/loss.h>
 
+#include "objectives/chunked_vocab.h"
 #include "objectives/z_loss.h"
 
 namespace inkstone {
 namespace {
 
+// Per-target results of one batch; the tensors [B, T] are detached, the loss carries the gradient.
 struct TokenLosses {
-  torch::Tensor nll;      // [B, T] per-target negative log-likelihood, 0 where not real
-  torch::Tensor correct;  // [B, T] argmax hits on real targets
-  torch::Tensor real;     // [B, T] bool
-  torch::Tensor log_z_squared;  // [B, T] on real targets, with_z only
+  torch::Tensor loss;           // 0-d: Σ nll + z_loss · Σ log²Z over real targets
+  torch::Tensor nll;            // per-target negative log-likelihood, 0 where not real
+  torch::Tensor correct;        // argmax hits on real targets, as 0 / 1
+  torch::Tensor real;           // bool
+  torch::Tensor log_z_squared;  // on real targets; only with z_loss > 0
 };
 
-TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, bool with_z = false) {
+TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, double z_loss, int64_t chunk_mib) {
   using torch::indexing::Slice;
   auto inputs = batch.tokens.index({Slice(), Slice(0, -1)});
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
@@ -25,19 +28,36 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, bool
   ForwardArgs args;
   args.mask = MaskMode::causal;
   if (batch.documents.defined()) args.documents = batch.documents.index({Slice(), Slice(0, -1)});
-  // [B, T, V]; in fp32 whatever the weights' dtype, so that the log-softmax normaliser does not round.
-  auto logits = model.forward(inputs, args).logits.to(torch::kFloat);
-  auto log_probs = torch::log_softmax(logits, -1);
-  auto nll = -log_probs.gather(-1, targets.unsqueeze(-1)).squeeze(-1);
-  auto correct = logits.argmax(-1).eq(targets);
-  TokenLosses losses{nll.masked_fill(~real, 0.0), correct & real, real, {}};
-  if (with_z) losses.log_z_squared = log_z_squared(logits).masked_fill(~real, 0.0);
+  const auto hidden = model.hidden_states(inputs, args);
+  const auto flat_targets = targets.reshape(-1);
+  const auto flat_real = real.reshape(-1);
+  const bool with_z = z_loss > 0;
+  // Logits in fp32 whatever the weights' dtype, so that the log-softmax normaliser does not round.
+  const ChunkTermsFn terms = [&](const torch::Tensor& logits, int64_t begin) {
+    const auto target = flat_targets.narrow(0, begin, logits.size(0));
+    const auto counted = flat_real.narrow(0, begin, logits.size(0));
+    const auto log_probs = torch::log_softmax(logits, -1);
+    std::vector<torch::Tensor> columns = {
+        (-log_probs.gather(-1, target.unsqueeze(-1)).squeeze(-1)).masked_fill(~counted, 0.0),
+        (logits.argmax(-1).eq(target) & counted).to(torch::kFloat)};
+    if (with_z) columns.push_back(log_z_squared(logits).masked_fill(~counted, 0.0));
+    return torch::stack(columns, 1);
+  };
+  std::vector<double> coefficients = {1.0, 0.0};
+  if (with_z) coefficients.push_back(z_loss);
+  const auto weight = model.head_weight();
+  const auto out = chunked_vocab_loss(hidden.reshape({-1, hidden.size(-1)}), weight, terms, coefficients,
+                                      chunk_rows_for(weight.size(0), chunk_mib));
+  const auto per_target = [&](int64_t column) { return out.terms.select(1, column).view(targets.sizes()); };
+  TokenLosses losses{out.loss, per_target(0), per_target(1), real, {}};
+  if (with_z) losses.log_z_squared = per_target(2);
   return losses;
 }
 
 }  // namespace
 
-AutoregressiveObjective::AutoregressiveObjective(const Config& config) : z_loss_(config.objective.z_loss) {}
+AutoregressiveObjective::AutoregressiveObjective(const Config& config)
+    : z_loss_(config.objective.z_loss), logit_chunk_mib_(config.objective.logit_chunk_mib) {}
 
 ObjectiveNeeds AutoregressiveObjective::needs() const {
   ObjectiveNeeds needs;
@@ -47,12 +67,12 @@ ObjectiveNeeds AutoregressiveObjective::needs() const {
 }
 
 LossOutput AutoregressiveObjective::loss(LanguageModelImpl& model, const Batch& batch) {
-  auto t = next_token_losses(model, batch, z_loss_ > 0);
+  auto t = next_token_losses(model, batch, z_loss_, logit_chunk_mib_);
   LossOutput out;
-  out.loss_sum = t.nll.sum();
+  out.loss_sum = t.loss;
   out.count = t.real.sum().to(torch::kFloat);
-  out.metric_sums["accuracy"] = t.correct.sum().to(torch::kFloat);
-  if (z_loss_ > 0) add_z_loss(out, t.log_z_squared, z_loss_);
+  out.metric_sums["accuracy"] = t.correct.sum();
+  if (z_loss_ > 0) out.metric_sums["log_z_squared"] = t.log_z_squared.sum();
   return out;
 }
 
@@ -62,7 +82,7 @@ ValidationSums AutoregressiveObjective::evaluate(LanguageModelImpl& model, const
   double& nll = totals.sums["loss_nats"];
   double& correct = totals.sums["accuracy"];
   for (int64_t i = 0; i < source.num_batches(); ++i) {
-    auto t = next_token_losses(model, source.batch(i));
+    auto t = next_token_losses(model, source.batch(i), 0.0, logit_chunk_mib_);
     nll += t.nll.to(torch::kDouble).sum().item<double>();
     totals.units += t.real.sum().item<double>();
     correct += t.correct.sum().item<double>();

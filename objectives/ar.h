@@ -14,7 +14,8 @@ class AutoregressiveObjective : public Objective {
   ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 
  private:
-  double z_loss_;  // objective.z_loss
+  double z_loss_;           // objective.z_loss
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
 };
 
 }  // namespace inkstone

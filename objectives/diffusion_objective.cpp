@@ -6,6 +6,7 @@
 #include "core/counter_hash.h"
 #include "core/errors.h"
 #include "models/attention_mask.h"
+#include "objectives/chunked_vocab.h"
 #include "objectives/diffusion_time.h"
 #include "objectives/z_loss.h"
 
@@ -21,6 +22,7 @@ torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConf
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer)
     : diffusion_(config.diffusion),
       z_loss_(config.objective.z_loss),
+      logit_chunk_mib_(config.objective.logit_chunk_mib),
       time_conditioning_(config.model.time_conditioning),
       padded_windows_(config.data.mode == "pad"),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
@@ -69,7 +71,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");
     args.noise_level = -torch::log(alpha.squeeze(1));
   }
-  torch::Tensor logits;
+  torch::Tensor hidden;
   if (diffusion_.block_size > 0) {
     // Block diffusion (docs/diffusion.md, "Block diffusion"): the model reads [x_0 | x_t], both halves at positions
     // 0..L−1, under the block-causal rule, and x_t's half gives the logits.
@@ -77,19 +79,41 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     args.positions = torch::arange(length, batch.tokens.options()).repeat({2}).expand({z.size(0), 2 * length});
     args.allowed = block_diffusion_training_rule(length, diffusion_.block_size, z.device());
     if (args.key_padding.defined()) args.key_padding = torch::cat({batch.real, batch.real}, 1);
-    logits = model.forward(torch::cat({batch.tokens, z}, 1), args).logits.narrow(1, length, length).to(torch::kFloat);
+    hidden = model.hidden_states(torch::cat({batch.tokens, z}, 1), args).narrow(1, length, length);
   } else {
-    logits = model.forward(z, args).logits.to(torch::kFloat);
+    hidden = model.hidden_states(z, args);
   }
+  // Per-token inputs of the terms, flattened to the rows the chunks take.
+  const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
+  const auto x = per_row(batch.tokens), noisy = per_row(z), counted = per_row(batch.real);
+  const auto a = per_row(alpha), a_prime = per_row(schedule_->alpha_prime(t));
+  const auto weight = per_row(training_weight(*schedule_, diffusion_, t));
+  const bool with_z = z_loss_ > 0;
+  const double is_extra = diffusion_.is_weight - 1.0;
+  const ChunkTermsFn terms = [&](const torch::Tensor& logits, int64_t begin) {
+    const int64_t n = logits.size(0);
+    const auto rows = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
+    const auto off = ~rows(counted);
+    const auto token = token_terms(logits, rows(x), rows(noisy), rows(a), rows(a_prime));
+    auto trained = token.nelbo;
+    if (token.is_divergence.defined() && is_extra != 0.0) trained = trained + is_extra * token.is_divergence;
+    std::vector<torch::Tensor> columns = {(trained * rows(weight)).masked_fill(off, 0.0),
+                                          token.nelbo.masked_fill(off, 0.0)};
+    if (with_z) columns.push_back(log_z_squared(logits).masked_fill(off, 0.0));
+    return torch::stack(columns, 1);
+  };
+  std::vector<double> coefficients = {1.0, 0.0};
+  if (with_z) coefficients.push_back(z_loss_);
+  const auto head = model.head_weight();
+  const auto out = chunked_vocab_loss(hidden.reshape({-1, hidden.size(-1)}), head, terms, coefficients,
+                                      chunk_rows_for(head.size(0), logit_chunk_mib_));
+  const auto per_token = [&](int64_t column) { return out.terms.select(1, column).view(z.sizes()); };
   DiffusionScores s;
+  s.loss = out.loss;
   s.real = batch.real;
-  const auto terms = token_terms(logits, batch.tokens, z, alpha, schedule_->alpha_prime(t));
-  s.nelbo = terms.nelbo.masked_fill(~s.real, 0.0);
-  auto trained = terms.nelbo;
-  if (terms.is_divergence.defined() && diffusion_.is_weight != 1.0)
-    trained = trained + (diffusion_.is_weight - 1.0) * terms.is_divergence;
-  s.weighted = (trained * training_weight(*schedule_, diffusion_, t)).masked_fill(~s.real, 0.0);
-  if (z_loss_ > 0) s.log_z_squared = log_z_squared(logits).masked_fill(~s.real, 0.0);
+  s.weighted = per_token(0);
+  s.nelbo = per_token(1);
+  if (with_z) s.log_z_squared = per_token(2);
   s.corrupted = z.ne(batch.tokens) & s.real;
   return s;
 }
@@ -114,11 +138,11 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
   const auto z = torch::where(batch.real, corrupt(x, schedule_->alpha(t), nullptr), x);
   const auto s = score(model, batch, t, z);
   LossOutput out;
-  out.loss_sum = s.weighted.sum();
+  out.loss_sum = s.loss;
   out.count = s.real.sum().to(torch::kFloat);
-  out.metric_sums["nelbo"] = s.nelbo.detach().sum();
+  out.metric_sums["nelbo"] = s.nelbo.sum();
   out.metric_sums["corrupted_fraction"] = s.corrupted.sum().to(torch::kFloat);
-  if (z_loss_ > 0) add_z_loss(out, s.log_z_squared, z_loss_);
+  if (z_loss_ > 0) out.metric_sums["log_z_squared"] = s.log_z_squared.sum();
   return out;
 }
 

@@ -28,7 +28,10 @@ struct DiffusionTokenTerms {
 torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t);
 
 // Per-token results of one batch at given times and noisy tokens.
+// The per-token tensors are detached: the head and the terms run in row chunks (objectives/chunked_vocab.h), and
+// only their weighted sum carries a gradient.
 struct DiffusionScores {
+  torch::Tensor loss;       // 0-d: Σ weighted + objective.z_loss · Σ log_z_squared; differentiable
   torch::Tensor nelbo;      // [B, L] ℓ, 0 off real tokens
   torch::Tensor weighted;   // [B, L] the training loss, 0 off real tokens
   torch::Tensor log_z_squared;  // [B, L] (log Σ exp logits)², 0 off real tokens; only with objective.z_loss > 0
@@ -61,7 +64,7 @@ class DiffusionObjective : public Objective {
  protected:
   // What each token of x [B, L] would be replaced by.
   virtual torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const = 0;
-  // ℓ per token [B, L] (and its IS part) from fp32 logits [B, L, V].
+  // ℓ per token [...] (and its IS part) from fp32 logits [..., V] (one row chunk: [n, V], x, z, α, α' [n]).
   virtual DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
                                           const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const = 0;
 
@@ -71,6 +74,7 @@ class DiffusionObjective : public Objective {
 
   DiffusionConfig diffusion_;
   double z_loss_;           // objective.z_loss
+  int64_t logit_chunk_mib_; // objective.logit_chunk_mib
   bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
   bool padded_windows_;     // data.mode = pad: padding keys are masked out
   uint64_t eval_seed_;      // run.seed: the evaluation's noise

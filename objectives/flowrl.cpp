@@ -31,6 +31,7 @@ torch::Tensor LogZHeadImpl::forward(const torch::Tensor& pooled) { return layers
 FlowrlObjective::FlowrlObjective(const Config& config)
     : config_(config.flowrl),
       temperature_(config.rl.temperature),
+      logit_chunk_mib_(config.objective.logit_chunk_mib),
       head_(config.model.d_model, config.flowrl.head_dropout),
       next_token_(config) {}
 
@@ -59,7 +60,7 @@ LossOutput FlowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
     shaped = (rewards - groups.mean(rewards)) / (groups.std(rewards) + 1e-6);
   }
 
-  const auto policy = policy_log_probs(model, batch, temperature_, /*with_entropy=*/false, /*with_hidden=*/true);
+  const auto policy = policy_log_probs(model, batch, temperature_, logit_chunk_mib_, /*with_entropy=*/false, /*with_hidden=*/true);
   const auto theta_seq = policy.log_probs.sum(1);
   const auto z = log_z(policy.hidden, batch);
   const auto delta = z + theta_seq / lengths - config_.beta * shaped - ref_seq / lengths;

@@ -38,6 +38,7 @@ class FlowrlObjective : public Objective {
  private:
   FlowrlConfig config_;
   double temperature_;
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   LogZHead head_;
   AutoregressiveObjective next_token_;
 };

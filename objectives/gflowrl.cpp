@@ -30,7 +30,8 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch) {
 }
 
 GflowrlObjective::GflowrlObjective(const Config& config)
-    : config_(config.gflowrl), temperature_(config.rl.temperature), next_token_(config) {}
+    : config_(config.gflowrl), temperature_(config.rl.temperature),
+      logit_chunk_mib_(config.objective.logit_chunk_mib), next_token_(config) {}
 
 ObjectiveNeeds GflowrlObjective::needs() const {
   return policy_rollout_needs();
@@ -39,7 +40,7 @@ ObjectiveNeeds GflowrlObjective::needs() const {
 // docs/rl.md, "One update", per mini-batch: L = Σ_kept w_i (g̃_i + n_ρ(ρ_i))² / G_kept.
 LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   const FlowGaps f = flow_gaps(config_, batch);
-  const auto theta_seq = policy_log_probs(model, batch, temperature_).log_probs.sum(1);
+  const auto theta_seq = policy_log_probs(model, batch, temperature_, logit_chunk_mib_).log_probs.sum(1);
   const auto rho = theta_seq - f.old_seq;
   const auto delta = f.clipped + (config_.norm == "none" ? rho : rho / f.lengths);
 

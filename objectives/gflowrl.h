@@ -33,6 +33,7 @@ class GflowrlObjective : public Objective {
  private:
   GflowrlConfig config_;
   double temperature_;
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   AutoregressiveObjective next_token_;
 };
 

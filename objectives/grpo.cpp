@@ -24,6 +24,7 @@ GrpoObjective::GrpoObjective(const Config& config)
       aggregation_(aggregation_from_name(config.grpo.aggregation)),
       scale_by_group_std_(config.grpo.scale_rewards == "group"),
       temperature_(config.rl.temperature),
+      logit_chunk_mib_(config.objective.logit_chunk_mib),
       max_new_tokens_(config.rl.max_new_tokens),
       next_token_(config) {}
 
@@ -46,7 +47,7 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
     advantage = advantage.unsqueeze(1);
   }
 
-  const auto theta = policy_log_probs(model, batch, temperature_).log_probs;
+  const auto theta = policy_log_probs(model, batch, temperature_, logit_chunk_mib_).log_probs;
   // The log-ratio is clamped to ±20 as verl does, so one wild token cannot overflow exp.
   const auto ratio = (theta - rollout.old_log_probs).clamp(-20.0, 20.0).exp();
   const auto clipped_ratio = ratio.clamp(1.0 - config_.eps_low, 1.0 + config_.eps_high);

@@ -24,6 +24,7 @@ class GrpoObjective : public Objective {
   LossAggregation aggregation_;  // config_.aggregation, parsed once
   bool scale_by_group_std_;      // config_.scale_rewards = group
   double temperature_;
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   int64_t max_new_tokens_;  // Dr.GRPO's constant L_max
   AutoregressiveObjective next_token_;
 };

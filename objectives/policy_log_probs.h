@@ -16,9 +16,10 @@ struct PolicyLogProbs {
 };
 
 // Rows are right-padded, so the causal mask alone keeps padding out of every real position.
-// Sequence log-probs ℓ_i are their sums over the row.
+// Sequence log-probs ℓ_i are their sums over the row. The head runs in row chunks of logit_chunk_mib MiB of
+// float32 logits (objectives/chunked_vocab.h): backward recomputes each chunk instead of keeping [B, W−1, V].
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
-                                bool with_entropy = false, bool with_hidden = false);
+                                int64_t logit_chunk_mib, bool with_entropy = false, bool with_hidden = false);
 
 // What every RL objective asks for: rollouts of the policy, scored under the causal mask.
 inline ObjectiveNeeds policy_rollout_needs() {

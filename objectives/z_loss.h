@@ -5,15 +5,10 @@
 #pragma once
 #include <torch/types.h>
 
-#include "objectives/objective.h"
 
 namespace inkstone {
 
-// (log Σ_v exp logits_v)² over the last dimension, in float32: [..., V] -> [...].
+// (log Σ_v exp logits_v)² over the last dimension, in the logits' dtype (float32 or wider): [..., V] -> [...].
 torch::Tensor log_z_squared(const torch::Tensor& logits);
-
-// Adds weight · Σ sums to out.loss_sum and logs the unweighted mean log²Z as the metric `log_z_squared`.
-// sums: [...] per-unit log²Z, 0 on units that do not count.
-void add_z_loss(LossOutput& out, const torch::Tensor& sums, double weight);
 
 }  // namespace inkstone

@@ -62,6 +62,7 @@ RolloutSource::RolloutSource(TrainingSession& session)
       eval_options_(policy_eval_options(session.config())),
       chat_(session.config().chat),
       seed_(static_cast<uint64_t>(session.config().run.seed)),
+      logit_chunk_mib_(session.config().objective.logit_chunk_mib),
       steps_(session.config().train.steps),
       cuda_graphs_(session.config().sample.cuda_graphs),
       rank_(session.distributed().rank()),
@@ -133,7 +134,7 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
   nlohmann::json line;
   {
     torch::NoGradGuard no_grad;
-    const auto old = policy_log_probs(*session.model(), batch, rl_.temperature, /*with_entropy=*/true);
+    const auto old = policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_, /*with_entropy=*/true);
     batch.rollout.old_log_probs = old.log_probs;
     const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
     line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
@@ -143,7 +144,7 @@ StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
     line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
     line["rollout_drift_ratio_max"] = drift.max().item<double>();
     if (reference_) {
-      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature).log_probs;
+      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
       const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
       line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
     }

@@ -43,6 +43,7 @@ class RolloutSource : public StepSource {
   PolicyEvalOptions eval_options_;
   ChatConfig chat_;
   uint64_t seed_;
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   int64_t steps_;
   bool cuda_graphs_;
   int64_t rank_;

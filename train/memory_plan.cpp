@@ -9,6 +9,7 @@
 #include "models/residual_routing.h"
 #include "models/time_embedding.h"
 #include "models/width_profile.h"
+#include "objectives/chunked_vocab.h"
 
 namespace inkstone {
 namespace {
@@ -82,8 +83,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   if (bf16_weights) plan.master_weights = 4.0 * (stage >= 1 ? share : p);
 
   // Activations at the start of backward: every layer's (a recomputed layer keeps its branch inputs, and one
-  // recomputed layer is whole again while its backward runs), the final norm's input and output, and the
-  // log-softmax over the vocabulary with its gradient and the logits' gradient.
+  // recomputed layer is whole again while its backward runs) and the final norm's input and output.
   plan.micro_batch_rows = config.train.batch_size / ranks / config.train.grad_accum;
   const int64_t every = config.train.activation_checkpointing;
   double per_slot = 2.0 * d, rerun = 0;
@@ -93,8 +93,14 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
     if (recomputed) rerun = std::max(rerun, layer_floats[i]);
   }
   const double rows = static_cast<double>(plan.micro_batch_rows);
-  plan.activations = rows * plan.bytes_per_activation * (static_cast<double>(slots) * (per_slot + rerun)) +
-                     rows * 4.0 * static_cast<double>(tokens) * 3.0 * static_cast<double>(vocab);
+  plan.activations = rows * plan.bytes_per_activation * (static_cast<double>(slots) * (per_slot + rerun));
+  // The vocabulary loss in row chunks (objectives/chunked_vocab.h): the gradients it forms for the head's input
+  // (activation dtype) and weight (float32), and one chunk's working copies of its float32 logits.
+  const double loss_rows = rows * static_cast<double>(tokens);
+  const double chunk_rows =
+      std::min(loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib)));
+  plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + 4.0 * static_cast<double>(vocab * d) +
+                         kChunkLogitCopies * 4.0 * chunk_rows * static_cast<double>(vocab);
   return plan;
 }
 
@@ -113,6 +119,7 @@ std::string describe(const MemoryPlan& plan) {
   text += fmt::format("  AdamW moments    {:.1f}\n", mib(plan.optimizer));
   if (plan.master_weights > 0) text += fmt::format("  master weights   {:.1f}\n", mib(plan.master_weights));
   text += fmt::format("  activations      {:.1f}\n", mib(plan.activations));
+  text += fmt::format("  vocabulary loss  {:.1f}\n", mib(plan.vocabulary_loss));
   text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
   return text;
 }

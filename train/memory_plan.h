@@ -26,7 +26,10 @@ struct MemoryPlan {
   double optimizer = 0;         // AdamW's two moments
   double master_weights = 0;    // fp32 copies of bf16 weights (run.param_dtype = bf16)
   double activations = 0;       // what one micro-batch's forward keeps for backward, at the peak of backward
-  double total() const { return weights + gradients + gradient_buffers + optimizer + master_weights + activations; }
+  double vocabulary_loss = 0;   // the head and loss in row chunks: gradient accumulators and one chunk's logits
+  double total() const {
+    return weights + gradients + gradient_buffers + optimizer + master_weights + activations + vocabulary_loss;
+  }
 };
 
 // `vocab_size`: the tokenizer's (model.vocab_size may pad it); `bf16_activations`: bf16 autocast will run (CUDA).

@@ -50,7 +50,7 @@ inline Batch rollout_batch(LanguageModelImpl& model, const std::vector<RolloutRo
     batch.rollout.groups[i] = r.group;
   }
   torch::NoGradGuard no_grad;
-  batch.rollout.old_log_probs = policy_log_probs(model, batch, temperature).log_probs;
+  batch.rollout.old_log_probs = policy_log_probs(model, batch, temperature, /*logit_chunk_mib=*/256).log_probs;
   return batch;
 }
 

@@ -37,7 +37,7 @@ TEST(Flowrl, LossIsTheCappedWeightedSquaredResidual) {
   objective.trainable()->eval();  // no dropout: the head is a fixed function here
   const auto out = objective.loss(*s.model, s.batch);
 
-  const auto policy = policy_log_probs(*s.model, s.batch, 1.0, false, true);
+  const auto policy = policy_log_probs(*s.model, s.batch, 1.0, /*logit_chunk_mib=*/256, false, true);
   const auto theta = policy.log_probs.sum(1);
   const auto old = s.batch.rollout.old_log_probs.sum(1);
   const auto ref = s.batch.rollout.ref_log_probs.sum(1);

@@ -72,7 +72,7 @@ TEST(Gflowrl, FirstStepIsReinforceOnTheKlRegularisedReturn) {
   GflowrlObjective gflowrl(c);
   const auto g_flow = flat_gradient(*model, mean_loss(gflowrl, *model, batch));
 
-  const auto theta = policy_log_probs(*model, batch, 1.0).log_probs.sum(1);
+  const auto theta = policy_log_probs(*model, batch, 1.0, /*logit_chunk_mib=*/256).log_probs.sum(1);
   const auto s = c.gflowrl.beta * batch.rollout.rewards +
                  (batch.rollout.ref_log_probs - batch.rollout.old_log_probs).sum(1);
   const auto s_bar = s.view({2, 4}).mean(1, true).expand({2, 4}).reshape(-1);
@@ -147,7 +147,7 @@ TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
   const auto g_loss = flat_gradient(*model, out.loss_sum);
 
   const FlowGaps f = flow_gaps(c.gflowrl, batch);
-  const auto theta = policy_log_probs(*model, batch, 1.0).log_probs.sum(1);
+  const auto theta = policy_log_probs(*model, batch, 1.0, /*logit_chunk_mib=*/256).log_probs.sum(1);
   const auto rho = (theta - f.old_seq).detach();
   const auto w = rho.clamp_max(10).exp().clamp_max(1.0 + c.gflowrl.is_eps);
   const auto delta = f.clipped + rho / f.lengths;

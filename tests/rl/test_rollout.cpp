@@ -49,7 +49,7 @@ TEST(Rollout, LogProbsEqualAFullForwardAtTheDrawnTokens) {
   for (double temperature : {1.0, 0.7}) {
     const Rollouts r = generate_rollouts(model, tokenizer, kPrompts, options(temperature));
     torch::NoGradGuard no_grad;
-    const auto full = policy_log_probs(*model, r.batch, temperature).log_probs;
+    const auto full = policy_log_probs(*model, r.batch, temperature, /*logit_chunk_mib=*/256).log_probs;
     EXPECT_TRUE(torch::allclose(full, r.batch.rollout.rollout_log_probs, 1e-4, 1e-4))
         << "temperature " << temperature << ", max diff "
         << (full - r.batch.rollout.rollout_log_probs).abs().max().item<double>();

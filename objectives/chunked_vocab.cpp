@@ -1,0 +1,180 @@
+// The gradient of one chunk, derived once (docs/training.md, "The vocabulary loss in chunks"). With raw logits
+// R = H Wᵀ (the head's dtype) and the terms built from L = float(R), for an upstream gradient G of the terms:
+//   ∂/∂L = autograd through the chunk's terms only (one chunk's graph alive),
+//   ∂/∂H = (∂/∂L) W,  ∂/∂W = Σ_chunks (∂/∂L)ᵀ H,
+// the products in R's dtype, as the composite's linear backward forms them; ∂/∂W sums over chunks in float32.
+#include "objectives/chunked_vocab.h"
+
+#include <algorithm>
+
+#include <torch/autograd.h>
+#include <torch/torch.h>
+
+#include "core/torch_compat.h"
+
+namespace inkstone {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// The logits the terms read: float32 from a bf16 / fp16 / float32 head, float64 kept (the oracle tests).
+torch::Tensor wide_logits(const torch::Tensor& raw) {
+  return raw.scalar_type() == torch::kDouble ? raw : raw.to(torch::kFloat);
+}
+
+// Gradient accumulators; an undefined one is not formed (its input needs none).
+struct HeadGradients {
+  torch::Tensor hidden;  // [N, d], hidden's dtype
+  torch::Tensor weight;  // [V, d] float32
+};
+
+HeadGradients gradients_for(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  HeadGradients grads;
+  if (hidden.requires_grad()) grads.hidden = torch::empty_like(hidden);
+  if (weight.requires_grad()) {
+    const auto wide = weight.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat;
+    grads.weight = torch::zeros(weight.sizes(), weight.options().dtype(wide));
+  }
+  return grads;
+}
+
+// The terms of rows [begin, begin + n); with `grads`, also the gradient of Σ upstream ⊙ terms added there.
+torch::Tensor run_chunk(const torch::Tensor& hidden, const torch::Tensor& weight, const ChunkTermsFn& fn,
+                        int64_t begin, int64_t n, const torch::Tensor& upstream, HeadGradients* grads) {
+  const auto h = hidden.narrow(0, begin, n);
+  torch::Tensor raw;
+  {
+    torch::NoGradGuard no_grad;
+    raw = torch::mm(h, weight.t());
+  }
+  if (!grads) {
+    torch::NoGradGuard no_grad;
+    return fn(wide_logits(raw), begin);
+  }
+  torch::AutoGradMode grad_on(true);
+  const auto logits = wide_logits(raw).detach().requires_grad_(true);
+  const auto terms = fn(logits, begin);
+  const auto found = torch::autograd::grad({terms}, {logits}, {upstream.expand_as(terms).contiguous()},
+                                           /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+  if (!found[0].defined()) return terms.detach();
+  torch::NoGradGuard no_grad;
+  const auto d_raw = found[0].to(raw.scalar_type());
+  if (grads->hidden.defined()) grads->hidden.narrow(0, begin, n).copy_(torch::mm(d_raw, weight));
+  if (grads->weight.defined()) {
+    if (d_raw.scalar_type() == grads->weight.scalar_type() && h.scalar_type() == grads->weight.scalar_type())
+      grads->weight.addmm_(d_raw.t(), h);
+    else
+      grads->weight.add_(torch::mm(d_raw.t(), h));
+  }
+  return terms.detach();
+}
+
+// Every chunk's terms, [N, K]; with `grads`, their gradients for `upstream` ([1, K] for every row, or [N, K]).
+torch::Tensor run_chunks(const torch::Tensor& hidden, const torch::Tensor& weight, const ChunkTermsFn& fn,
+                         int64_t chunk_rows, const torch::Tensor& upstream, HeadGradients* grads) {
+  TORCH_CHECK(hidden.dim() == 2 && weight.dim() == 2 && hidden.size(1) == weight.size(1),
+              "chunked vocabulary loss: hidden [N, d] and weight [V, d]");
+  TORCH_CHECK(chunk_rows > 0, "chunked vocabulary loss: chunk_rows must be positive");
+  const int64_t rows = hidden.size(0);
+  std::vector<torch::Tensor> parts;
+  for (int64_t begin = 0; begin < rows; begin += chunk_rows) {
+    const int64_t n = std::min(chunk_rows, rows - begin);
+    const auto up = upstream.defined() && upstream.size(0) == rows ? upstream.narrow(0, begin, n) : upstream;
+    parts.push_back(run_chunk(hidden, weight, fn, begin, n, up, grads));
+  }
+  TORCH_CHECK(!parts.empty(), "chunked vocabulary loss: no rows");
+  return parts.size() == 1 ? parts[0] : torch::cat(parts);
+}
+
+// The caller's terms function travels to backward in a capsule (saved_data holds IValues only).
+struct TermsHolder : torch::CustomClassHolder {
+  explicit TermsHolder(ChunkTermsFn f) : fn(std::move(f)) {}
+  ChunkTermsFn fn;
+};
+
+torch::Tensor scaled(const torch::Tensor& grad, const torch::Tensor& by, const torch::Tensor& like) {
+  return grad.defined() ? (grad * by).to(like.scalar_type()) : torch::Tensor();
+}
+
+// Forms every chunk's gradient in forward (the loss is a fixed weighted sum of the terms); backward scales them.
+struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
+  static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const ChunkTermsFn* fn, const torch::Tensor& coefficients, int64_t chunk_rows) {
+    auto grads = gradients_for(hidden, weight);
+    const auto terms = run_chunks(hidden, weight, *fn, chunk_rows, coefficients, &grads);
+    TORCH_CHECK(terms.size(1) == coefficients.size(1), "chunked vocabulary loss: ", terms.size(1),
+                " terms per row but ", coefficients.size(1), " coefficients");
+    const auto loss = (terms * coefficients).sum();
+    ctx->save_for_backward({grads.hidden, grads.weight, hidden, weight});
+    ctx->mark_non_differentiable({terms});
+    return {loss, terms};
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& g = grad_outputs[0];
+    return {scaled(saved[0], g, saved[2]), scaled(saved[1], g, saved[3]), torch::Tensor(), torch::Tensor(),
+            torch::Tensor()};
+  }
+};
+
+// Keeps only the inputs; backward recomputes each chunk with the upstream gradient of its rows.
+struct ChunkedTermsFunction : torch::autograd::Function<ChunkedTermsFunction> {
+  static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
+                               const ChunkTermsFn* fn, int64_t chunk_rows) {
+    ctx->save_for_backward({hidden, weight});
+    ctx->saved_data["terms"] = c10::IValue::make_capsule(c10::make_intrusive<TermsHolder>(*fn));
+    ctx->saved_data["chunk_rows"] = chunk_rows;
+    // The backward pass runs on autograd's thread, where the forward's autocast state is not set.
+    ctx->saved_data["autocast"] = compat::cuda_autocast_enabled();
+    return run_chunks(hidden, weight, *fn, chunk_rows, {}, nullptr);
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& hidden = saved[0];
+    const auto& weight = saved[1];
+    const auto holder = ctx->saved_data["terms"].toCapsule();
+    const auto& fn = static_cast<TermsHolder*>(holder.get())->fn;
+    const bool autocast = ctx->saved_data["autocast"].toBool() && !compat::cuda_autocast_enabled();
+    compat::CudaAutocastScope scope(autocast);
+    auto grads = gradients_for(hidden, weight);
+    run_chunks(hidden, weight, fn, ctx->saved_data["chunk_rows"].toInt(), grad_outputs[0], &grads);
+    const auto one = torch::ones({}, torch::TensorOptions().dtype(torch::kFloat).device(hidden.device()));
+    return {scaled(grads.hidden, one, hidden), scaled(grads.weight, one, weight), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+bool needs_gradient(const torch::Tensor& hidden, const torch::Tensor& weight) {
+  return torch::GradMode::is_enabled() && (hidden.requires_grad() || weight.requires_grad());
+}
+
+}  // namespace
+
+int64_t chunk_rows_for(int64_t vocab, int64_t budget_mib) {
+  const int64_t budget_bytes = budget_mib * 1024 * 1024;
+  return std::max<int64_t>(1, budget_bytes / (4 * std::max<int64_t>(1, vocab)));
+}
+
+ChunkedLoss chunked_vocab_loss(const torch::Tensor& hidden, const torch::Tensor& weight, const ChunkTermsFn& terms,
+                               const std::vector<double>& coefficients, int64_t chunk_rows) {
+  const auto weights = torch::tensor(coefficients, torch::TensorOptions().dtype(torch::kDouble))
+                           .to(hidden.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat)
+                           .to(hidden.device())
+                           .unsqueeze(0);  // [1, K]
+  if (!needs_gradient(hidden, weight)) {
+    auto all = run_chunks(hidden, weight, terms, chunk_rows, {}, nullptr);
+    return {(all * weights).sum(), all};
+  }
+  const auto out = ChunkedLossFunction::apply(hidden, weight, &terms, weights, chunk_rows);
+  return {out[0], out[1]};
+}
+
+torch::Tensor chunked_vocab_terms(const torch::Tensor& hidden, const torch::Tensor& weight, const ChunkTermsFn& terms,
+                                  int64_t chunk_rows) {
+  if (!needs_gradient(hidden, weight)) return run_chunks(hidden, weight, terms, chunk_rows, {}, nullptr);
+  return ChunkedTermsFunction::apply(hidden, weight, &terms, chunk_rows);
+}
+
+}  // namespace inkstone
