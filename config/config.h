@@ -15,6 +15,7 @@ struct RunConfig {
   std::string precision;    // fp32 | bf16 (bf16 autocast on CUDA)
   std::string param_dtype;  // fp32 | bf16 (bf16 weights and gradients; the optimizer steps fp32 master copies)
   int64_t threads;        // libtorch intra-op threads
+  bool tf32;              // CUDA: fp32 matmuls and convolutions on TF32 tensor cores
 };
 
 struct ModelConfig {

@@ -63,6 +63,9 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(run, threads, int64_t{1},
                      "libtorch intra-op threads; 1 is fastest for small models on 2 cores (measured).")
           .range(1, 1024),
+      INKSTONE_FIELD(run, tf32, false,
+                     "CUDA: fp32 matmuls and convolutions run on TF32 tensor cores (inputs rounded to a 10-bit "
+                     "mantissa, fp32 accumulation; several times faster on Ampere and later). Off: exact fp32."),
 
       INKSTONE_FIELD(model, arch, "qwen3",
                      "Backbone family, the Hugging Face architecture an export writes: qwen3 (q/k norm), qwen2 "

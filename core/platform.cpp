@@ -10,6 +10,7 @@
 
 #include <fmt/format.h>
 #include <torch/cuda.h>
+#include <ATen/Context.h>
 #include <ATen/Parallel.h>
 
 #include "core/errors.h"
@@ -67,6 +68,11 @@ torch::Device resolve_device(const std::string& device) {
     return torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(index));
   }
   throw InputError(fmt::format("unknown device '{}' (auto | cpu | cuda | cuda:N)", device));
+}
+
+void allow_tf32(bool allowed) {
+  at::globalContext().setAllowTF32CuBLAS(allowed);
+  at::globalContext().setAllowTF32CuDNN(allowed);
 }
 
 void keep_freed_memory_for_reuse() {

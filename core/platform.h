@@ -15,6 +15,8 @@ void warn_if_reference_blas();
 
 // "auto" picks CUDA when present; "cuda" without a GPU is an InputError.
 torch::Device resolve_device(const std::string& device);
+// run.tf32: whether fp32 matmuls and convolutions on CUDA may use TF32 tensor cores (libtorch's default: no).
+void allow_tf32(bool allowed);
 
 // An allocation whose size is predictable (a model's training state, a sampler's batch), checked before it is
 // made: on the CPU, more than the machine's physical memory is an InputError that gives both figures and `what`

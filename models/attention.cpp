@@ -118,7 +118,10 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
 
   // Grouped queries: query head h reads KV head ⌊h·n_kv/n_q⌋ (compat::sdpa repeats K and V only where libtorch
   // cannot group).
-  const auto y = compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
+  const auto y = context.document_buckets
+                     ? attend_within_documents(q, k, v, *context.document_buckets, context.mode == MaskMode::causal,
+                                               sink_)
+                     : compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
   return o_proj(y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_}));
 }
 

@@ -6,6 +6,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/torch_compat.h"
 #include "models/block.h"
 #include "models/block_registry.h"
 #include "models/layer_pattern.h"
@@ -197,8 +198,16 @@ torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, cons
   if (args.documents.defined()) {
     TORCH_CHECK(args.cache == nullptr, "packed documents are for training and scoring, not incremental decoding");
     const auto documents = streams_.slot_flags(args.documents);
+    // Where libtorch's kernels keep O(T) per query, documents go through buckets rather than a [B, 1, T, T] mask;
+    // a mask of another kind (padding, hidden streams' local rules) keeps the dense rule.
+    std::shared_ptr<const DocumentBuckets> buckets;
+    if (compat::kAttentionKeepsNoWeights && streams_.streams() == 1 && !key_real.defined())
+      buckets = std::make_shared<const DocumentBuckets>(document_buckets(documents, tokens.device()));
     for (auto& c : layer_contexts) {
-      c.mask = within_documents(c.mask, args.mask, documents);
+      if (buckets)
+        c.document_buckets = buckets;
+      else
+        c.mask = within_documents(c.mask, args.mask, documents);
       c.documents = documents;
     }
   }

@@ -2,7 +2,10 @@
 #pragma once
 #include <torch/types.h>
 
+#include <memory>
+
 #include "models/attention_mask.h"
+#include "models/document_attention.h"
 #include "models/kv_cache.h"
 #include "models/rope.h"
 
@@ -16,6 +19,9 @@ struct AttentionContext {
   MaskMode mode = MaskMode::causal;   // convolutions over time are causal, or centred when bidirectional
   torch::Tensor token_real;           // [B, T] bool, this call's real tokens; undefined: all real
   torch::Tensor documents;            // [B, T] int64 packed-document index; undefined: one document per row
+  // Attention within those documents by buckets, `mask` then without them (models/document_attention.h); null:
+  // `mask` holds the documents' rule.
+  std::shared_ptr<const DocumentBuckets> document_buckets;
 };
 
 }  // namespace inkstone

@@ -97,15 +97,32 @@ torch::Tensor scaled(const torch::Tensor& grad, const torch::Tensor& by, const t
   return grad.defined() ? (grad * by).to(like.scalar_type()) : torch::Tensor();
 }
 
+// Σ_k c_k · (Σ_rows terms[row, k]): column by column, so a loss of one column with coefficient 1 is exactly that
+// column's sum (the metric the objective reports beside it).
+torch::Tensor weighted_sum(const torch::Tensor& terms, const std::vector<double>& coefficients) {
+  TORCH_CHECK(terms.size(1) == static_cast<int64_t>(coefficients.size()), "chunked vocabulary loss: ",
+              terms.size(1), " terms per row but ", coefficients.size(), " coefficients");
+  auto total = torch::zeros({}, terms.options());
+  for (size_t k = 0; k < coefficients.size(); ++k) {
+    if (coefficients[k] == 0.0) continue;
+    const auto column = terms.select(1, static_cast<int64_t>(k)).sum();
+    total = total + (coefficients[k] == 1.0 ? column : column * coefficients[k]);
+  }
+  return total;
+}
+
 // Forms every chunk's gradient in forward (the loss is a fixed weighted sum of the terms); backward scales them.
 struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
   static variable_list forward(AutogradContext* ctx, const torch::Tensor& hidden, const torch::Tensor& weight,
-                               const ChunkTermsFn* fn, const torch::Tensor& coefficients, int64_t chunk_rows) {
+                               const ChunkTermsFn* fn, const std::vector<double>& coefficients,
+                               int64_t chunk_rows) {
     auto grads = gradients_for(hidden, weight);
-    const auto terms = run_chunks(hidden, weight, *fn, chunk_rows, coefficients, &grads);
-    TORCH_CHECK(terms.size(1) == coefficients.size(1), "chunked vocabulary loss: ", terms.size(1),
-                " terms per row but ", coefficients.size(1), " coefficients");
-    const auto loss = (terms * coefficients).sum();
+    const auto upstream = torch::tensor(coefficients, torch::TensorOptions().dtype(torch::kDouble))
+                              .to(hidden.options().dtype(hidden.scalar_type() == torch::kDouble ? torch::kDouble
+                                                                                                : torch::kFloat))
+                              .unsqueeze(0);  // [1, K]: the same for every row
+    const auto terms = run_chunks(hidden, weight, *fn, chunk_rows, upstream, &grads);
+    const auto loss = weighted_sum(terms, coefficients);
     ctx->save_for_backward({grads.hidden, grads.weight, hidden, weight});
     ctx->mark_non_differentiable({terms});
     return {loss, terms};
@@ -159,15 +176,11 @@ int64_t chunk_rows_for(int64_t vocab, int64_t budget_mib) {
 
 ChunkedLoss chunked_vocab_loss(const torch::Tensor& hidden, const torch::Tensor& weight, const ChunkTermsFn& terms,
                                const std::vector<double>& coefficients, int64_t chunk_rows) {
-  const auto weights = torch::tensor(coefficients, torch::TensorOptions().dtype(torch::kDouble))
-                           .to(hidden.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat)
-                           .to(hidden.device())
-                           .unsqueeze(0);  // [1, K]
   if (!needs_gradient(hidden, weight)) {
     auto all = run_chunks(hidden, weight, terms, chunk_rows, {}, nullptr);
-    return {(all * weights).sum(), all};
+    return {weighted_sum(all, coefficients), all};
   }
-  const auto out = ChunkedLossFunction::apply(hidden, weight, &terms, weights, chunk_rows);
+  const auto out = ChunkedLossFunction::apply(hidden, weight, &terms, coefficients, chunk_rows);
   return {out[0], out[1]};
 }
 

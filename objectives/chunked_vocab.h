@@ -20,10 +20,6 @@ namespace inkstone {
 // [begin, begin + n) -> [n, K] float32, differentiable in the logits.
 using ChunkTermsFn = std::function<torch::Tensor(const torch::Tensor& logits, int64_t begin)>;
 
-// [rows, V] float32 tensors alive at once while one chunk's terms and their gradient are formed, for the widest
-// terms (uniform diffusion's NELBO); what the memory plan counts per chunk (train/memory_plan.h).
-constexpr double kChunkLogitCopies = 8;
-
 // Rows per chunk so that one chunk's float32 logits take at most `budget_mib` MiB (at least one row).
 int64_t chunk_rows_for(int64_t vocab, int64_t budget_mib);
 

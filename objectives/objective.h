@@ -59,5 +59,8 @@ class Objective {
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer);
 // What the objective registered as `name` trains on, without building it (InputError for an unknown name).
 BatchKind objective_batch_kind(const std::string& name);
+// How many float32 copies of one chunk's [rows, V] logits the objective registered as `name` holds at once while
+// its vocabulary loss runs (objectives/chunked_vocab.h): what the memory plan counts per chunk.
+double objective_logit_copies(const std::string& name);
 
 }  // namespace inkstone

@@ -41,10 +41,10 @@ int dry_run(const Config& config, int64_t ranks) {
   if (config.train.batch_size % split != 0)
     throw InputError(fmt::format("train.batch_size = {} does not split over {} rank(s) x train.grad_accum = {}",
                                  config.train.batch_size, ranks, config.train.grad_accum));
-  const RunContext ctx = prepare_run(config);
-  // Planned for where the run will go: bf16 autocast applies on CUDA, which run.device = auto picks where present.
+  // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
+  // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
   const bool bf16 = config.run.precision == "bf16" && config.run.device != "cpu";
-  fmt::print("{}", describe(plan_memory(config, ctx.tokenizer->vocab_size(), ranks, bf16)));
+  fmt::print("{}", describe(plan_memory(config, load_run_tokenizer(config)->vocab_size(), ranks, bf16)));
   return 0;
 }
 

@@ -25,6 +25,12 @@ RunContext prepare_run(const Config& config) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   RunContext ctx;
   ctx.device = resolve_device(config.run.device);
+  allow_tf32(config.run.tf32);
+  ctx.tokenizer = load_run_tokenizer(config);
+  return ctx;
+}
+
+std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
   // RL runs have no dataset: their tokenizer is the one stored with the checkpoint they start from.
   const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer
                                      : !config.data.path.empty()    ? config.data.path
@@ -32,8 +38,7 @@ RunContext prepare_run(const Config& config) {
   if (tokenizer_spec.empty())
     throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare` (RL runs: set "
                      "rl.init_checkpoint)");
-  ctx.tokenizer = load_tokenizer(tokenizer_spec);
-  return ctx;
+  return load_tokenizer(tokenizer_spec);
 }
 
 TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,

@@ -22,6 +22,8 @@ struct RunContext {
 };
 // Threads, BLAS check, seed, device and tokenizer for a config.
 RunContext prepare_run(const Config& config);
+// The run's tokenizer alone (data.tokenizer, else the data folder's, else the RL starting checkpoint's).
+std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config);
 
 struct TrainingData {
   std::shared_ptr<const WindowLoader> train;

@@ -10,6 +10,7 @@
 #include "models/time_embedding.h"
 #include "models/width_profile.h"
 #include "objectives/chunked_vocab.h"
+#include "objectives/objective.h"
 
 namespace inkstone {
 namespace {
@@ -100,7 +101,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   const double chunk_rows =
       std::min(loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib)));
   plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + 4.0 * static_cast<double>(vocab * d) +
-                         kChunkLogitCopies * 4.0 * chunk_rows * static_cast<double>(vocab);
+                         objective_logit_copies(config.objective.name) * 4.0 * chunk_rows * static_cast<double>(vocab);
   return plan;
 }
 

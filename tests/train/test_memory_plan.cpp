@@ -78,5 +78,33 @@ TEST(MemoryPlan, StagesShardWhatTheySayAndRecomputationKeepsBranchInputs) {
   EXPECT_LT(at(0, 1).activations, at(0, 2).activations);
 }
 
+// The vocabulary loss (docs/training.md, "The vocabulary loss in chunks"): the head's input gradient per token, the
+// head's fp32 weight gradient, and one chunk of logits whose rows shrink as V grows, so that beyond the weight
+// gradient the loss's memory does not grow with V, nor with the batch beyond the per-token gradient.
+TEST(MemoryPlan, TheVocabularyLossHoldsOneChunkWhateverTheVocabularyAndBatch) {
+  const auto plan_at = [](int64_t vocab, int64_t rows, const std::string& objective) {
+    const Config c = load_config((testing::source_dir() / "configs" / "ar-tiny.toml").string(),
+                                 {"train.batch_size=" + std::to_string(rows), "train.grad_accum=1",
+                                  "data.seq_len=1024", "model.max_seq_len=1024",
+                                  "objective.name=\"" + objective + "\""});
+    return plan_memory(c, vocab, 1, false);
+  };
+  const MemoryPlan small = plan_at(50304, 32, "ar"), large = plan_at(151669, 32, "ar");
+  const double d = static_cast<double>(load_config((testing::source_dir() / "configs" / "ar-tiny.toml").string())
+                                           .model.d_model);
+  const double per_token = 32.0 * 1024 * d * 4;
+  const double chunk = 5 * 256.0 * 1024 * 1024;  // 5 copies of 256 MiB, to within a row of V floats
+  EXPECT_NEAR(small.vocabulary_loss, per_token + 4.0 * 50304 * d + chunk, 5 * 4.0 * 151669);
+  EXPECT_NEAR(large.vocabulary_loss, per_token + 4.0 * 151669 * d + chunk, 5 * 4.0 * 151669);
+  // Twice the rows: only the per-token gradient doubles.
+  EXPECT_NEAR(plan_at(151669, 64, "ar").vocabulary_loss - large.vocabulary_loss, per_token, 1.0);
+  // Uniform diffusion's NELBO keeps 9 copies of a chunk.
+  EXPECT_NEAR(plan_at(151669, 32, "uniform_diffusion").vocabulary_loss - large.vocabulary_loss, 4 * 256.0 * 1024 * 1024,
+              4 * 4.0 * 151669);
+  EXPECT_EQ(large.total() - large.vocabulary_loss,
+            large.weights + large.gradients + large.gradient_buffers + large.optimizer + large.master_weights +
+                large.activations);
+}
+
 }  // namespace
 }  // namespace inkstone
