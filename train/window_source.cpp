@@ -9,13 +9,25 @@
 
 namespace inkstone {
 
+namespace {
+
+// On CUDA through page-locked memory, so that the upload is an asynchronous copy the step does not wait for (a
+// pageable source makes the driver stage it synchronously); elsewhere as it is.
+torch::Tensor upload(const torch::Tensor& host, torch::Device device, torch::Dtype dtype) {
+  if (!device.is_cuda()) return host.to(device, dtype);
+  const auto pinned = torch::empty(host.sizes(), host.options().pinned_memory(true)).copy_(host);
+  return pinned.to(device, /*non_blocking=*/true).to(dtype);
+}
+
+}  // namespace
+
 Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
   const int64_t rows = row_end - row_begin;
   auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
                                  {rows, batch.cols}, torch::kInt32);
   auto real = torch::from_blob(const_cast<uint8_t*>(batch.real.data()) + row_begin * batch.cols,
                                {rows, batch.cols}, torch::kUInt8);
-  return {tokens.to(device, torch::kLong), real.to(device, torch::kBool), row_begin, batch.rows};
+  return {upload(tokens, device, torch::kLong), upload(real, device, torch::kBool), row_begin, batch.rows};
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
@@ -71,6 +83,17 @@ Batch WindowSource::to_device(const TokenBatch& batch, int64_t row_begin, int64_
   return rows;
 }
 
+TokenBatch WindowSource::take_batch(int64_t step, int64_t rows) {
+  TokenBatch batch = ahead_step_ == step && ahead_.valid() ? ahead_.get() : train_data_->train_batch(step, rows);
+  ahead_step_ = -1;
+  if (step + 1 < train_.steps) {
+    ahead_step_ = step + 1;
+    ahead_ = std::async(std::launch::async,
+                        [data = train_data_, next = step + 1, rows] { return data->train_batch(next, rows); });
+  }
+  return batch;
+}
+
 StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   const int64_t rank_batch = train_.batch_size / world_size_;
@@ -78,7 +101,7 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   const int64_t tokens_per_step = train_.batch_size * seq_len_;
   const double lr = session.learning_rate(step, train_.steps);
 
-  TokenBatch batch = train_data_->train_batch(step, rank_batch);
+  TokenBatch batch = take_batch(step, rank_batch);
   if (injection_.due(step)) batch = injection_.apply(std::move(batch), rank_);
   std::vector<Batch> micro_batches;
   for (int64_t m = 0; m < train_.grad_accum; ++m)

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <future>
 #include <memory>
 
 #include "core/batch.h"
@@ -57,6 +58,10 @@ class WindowSource : public StepSource {
 
  private:
   Batch to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const;
+  // Step `step`'s rows of this rank: the one read ahead during the previous step when there is one, and then the
+  // next step's read started on another thread (the rows are a pure function of the seed and the step, so reading
+  // ahead changes nothing but the time the step waits).
+  TokenBatch take_batch(int64_t step, int64_t rows);
 
   std::shared_ptr<const WindowLoader> train_data_;
   std::shared_ptr<const WindowLoader> val_data_;
@@ -68,6 +73,8 @@ class WindowSource : public StepSource {
   int64_t rank_;
   int64_t world_size_;
   torch::Device device_;
+  std::future<TokenBatch> ahead_;  // the rows of step ahead_step_, being read
+  int64_t ahead_step_ = -1;
   int64_t tokens_seen_ = 0;
   // The current log window (train.log_interval steps): the seconds spent in its steps (evaluation, samples and
   // checkpoints between them are not training throughput), its tokens and summed step losses.

@@ -149,6 +149,8 @@ TEST(FusedAttention, MemoryIsLinearInTheLengthWithTheSink) {
   const double at_1024 = attention_peak_mib(1024), at_4096 = attention_peak_mib(4096);
   // Four times the tokens: about four times the memory (quadratic would be sixteen). The explicit path keeps the
   // 8 heads' 4096² float weights: 512 MiB.
+  RecordProperty("peak_mib_at_1024", std::to_string(at_1024));
+  RecordProperty("peak_mib_at_4096", std::to_string(at_4096));
   EXPECT_LT(at_4096 / at_1024, 6.0) << at_1024 << " MiB at T = 1,024, " << at_4096 << " MiB at T = 4,096";
   EXPECT_LT(at_4096, 128.0);
 }
@@ -157,6 +159,8 @@ TEST(DocumentAttention, MemoryIsLinearInTheLength) {
   if (!compat::kAttentionKeepsNoWeights) GTEST_SKIP() << "libtorch 1.13 keeps the explicit path (O(T²) weights)";
   count_cpu_tensor_memory();
   const double at_1024 = attention_peak_mib(1024, true), at_4096 = attention_peak_mib(4096, true);
+  RecordProperty("peak_mib_at_1024", std::to_string(at_1024));
+  RecordProperty("peak_mib_at_4096", std::to_string(at_4096));
   EXPECT_LT(at_4096 / at_1024, 6.0) << at_1024 << " MiB at T = 1,024, " << at_4096 << " MiB at T = 4,096";
   EXPECT_LT(at_4096, 128.0);
 }
