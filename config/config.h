@@ -86,7 +86,7 @@ struct ModelConfig {
 struct ObjectiveConfig {
   std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo | flowrl
   double z_loss;     // weight of log²Z of the logits per token (ar, diffusion; objectives/z_loss.h)
-  int64_t logit_chunk_mib;  // float32 logits of one row chunk of the vocabulary loss (objectives/chunked_vocab.h)
+  int64_t logit_chunk_mib;  // float32 logits of one row chunk of the vocabulary loss, 0: the device's (chunked_vocab.h)
 };
 
 // Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.

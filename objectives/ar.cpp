@@ -47,7 +47,7 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, doub
   if (with_z) coefficients.push_back(z_loss);
   const auto weight = model.head_weight();
   const auto out = chunked_vocab_loss(hidden.reshape({-1, hidden.size(-1)}), weight, terms, coefficients,
-                                      chunk_rows_for(weight.size(0), chunk_mib));
+                                      chunk_rows_for(weight.size(0), chunk_mib, weight.is_cuda()));
   const auto per_target = [&](int64_t column) { return out.terms.select(1, column).view(targets.sizes()); };
   TokenLosses losses{out.loss, per_target(0), per_target(1), real, {}};
   if (with_z) losses.log_z_squared = per_target(2);

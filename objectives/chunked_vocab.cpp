@@ -169,8 +169,8 @@ bool needs_gradient(const torch::Tensor& hidden, const torch::Tensor& weight) {
 
 }  // namespace
 
-int64_t chunk_rows_for(int64_t vocab, int64_t budget_mib) {
-  const int64_t budget_bytes = budget_mib * 1024 * 1024;
+int64_t chunk_rows_for(int64_t vocab, int64_t budget_mib, bool cuda) {
+  const int64_t budget_bytes = (budget_mib > 0 ? budget_mib : cuda ? 256 : 16) * 1024 * 1024;
   return std::max<int64_t>(1, budget_bytes / (4 * std::max<int64_t>(1, vocab)));
 }
 

@@ -106,7 +106,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   if (with_z) coefficients.push_back(z_loss_);
   const auto head = model.head_weight();
   const auto out = chunked_vocab_loss(hidden.reshape({-1, hidden.size(-1)}), head, terms, coefficients,
-                                      chunk_rows_for(head.size(0), logit_chunk_mib_));
+                                      chunk_rows_for(head.size(0), logit_chunk_mib_, head.is_cuda()));
   const auto per_token = [&](int64_t column) { return out.terms.select(1, column).view(z.sizes()); };
   DiffusionScores s;
   s.loss = out.loss;

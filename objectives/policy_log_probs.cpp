@@ -24,7 +24,7 @@ PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, do
     return torch::stack(columns, 1);
   };
   const auto scored = chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
-                                          chunk_rows_for(head.size(0), logit_chunk_mib))
+                                          chunk_rows_for(head.size(0), logit_chunk_mib, head.is_cuda()))
                           .view({hidden.size(0), hidden.size(1), -1});
   // Position 0 is never generated; shifting right aligns each log-prob with the token it scores.
   const auto& policy = batch.rollout.policy;

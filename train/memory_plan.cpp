@@ -98,8 +98,9 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   // The vocabulary loss in row chunks (objectives/chunked_vocab.h): the gradients it forms for the head's input
   // (activation dtype) and weight (float32), and one chunk's working copies of its float32 logits.
   const double loss_rows = rows * static_cast<double>(tokens);
-  const double chunk_rows =
-      std::min(loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib)));
+  // Planned for CUDA unless the run is on the CPU by name (the larger chunk where run.device = auto).
+  const double chunk_rows = std::min(
+      loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib, config.run.device != "cpu")));
   plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + 4.0 * static_cast<double>(vocab * d) +
                          objective_logit_copies(config.objective.name) * 4.0 * chunk_rows * static_cast<double>(vocab);
   return plan;

@@ -136,9 +136,11 @@ TEST(ChunkedVocab, RefusesMismatchedCoefficientsAndShapes) {
 }
 
 TEST(ChunkedVocab, ChunkRowsFollowTheBudget) {
-  EXPECT_EQ(chunk_rows_for(151671, 256), 442);  // 256 MiB / (4 bytes · 151,671)
-  EXPECT_EQ(chunk_rows_for(50304, 256), 1334);
-  EXPECT_EQ(chunk_rows_for(1 << 30, 1), 1);  // never less than one row
+  EXPECT_EQ(chunk_rows_for(151671, 256, false), 442);  // 256 MiB / (4 bytes · 151,671)
+  EXPECT_EQ(chunk_rows_for(50304, 256, false), 1334);
+  EXPECT_EQ(chunk_rows_for(50304, 0, true), 1334);  // the device's own: 256 MiB on CUDA
+  EXPECT_EQ(chunk_rows_for(50304, 0, false), 83);   // 16 MiB elsewhere
+  EXPECT_EQ(chunk_rows_for(1 << 30, 1, false), 1);  // never less than one row
 }
 
 // The point of the chunks: the peak of a forward and backward grows with one chunk's logits, not with all rows'.

@@ -85,7 +85,7 @@ TEST(MemoryPlan, TheVocabularyLossHoldsOneChunkWhateverTheVocabularyAndBatch) {
   const auto plan_at = [](int64_t vocab, int64_t rows, const std::string& objective) {
     const Config c = load_config((testing::source_dir() / "configs" / "ar-tiny.toml").string(),
                                  {"train.batch_size=" + std::to_string(rows), "train.grad_accum=1",
-                                  "data.seq_len=1024", "model.max_seq_len=1024",
+                                  "data.seq_len=1024", "model.max_seq_len=1024", "objective.logit_chunk_mib=256",
                                   "objective.name=\"" + objective + "\""});
     return plan_memory(c, vocab, 1, false);
   };
