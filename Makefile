@@ -12,7 +12,7 @@ TORCH_CUDA_ARCH_LIST ?= 9.0
 setup:
 	@bash tools/setup.sh
 
-# The reference packages (transformers, tokenizers, torch) tests compare against when present; see the README.
+# The reference packages (transformers, tokenizers, torch) tests compare against when present; see docs/building.md.
 setup-python:
 	@bash tools/setup_python.sh
 
