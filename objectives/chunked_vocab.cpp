@@ -93,8 +93,9 @@ struct TermsHolder : torch::CustomClassHolder {
   ChunkTermsFn fn;
 };
 
-torch::Tensor scaled(const torch::Tensor& grad, const torch::Tensor& by, const torch::Tensor& like) {
-  return grad.defined() ? (grad * by).to(like.scalar_type()) : torch::Tensor();
+// An accumulated gradient in its input's dtype (undefined stays undefined).
+torch::Tensor in_dtype_of(const torch::Tensor& grad, const torch::Tensor& input) {
+  return grad.defined() ? grad.to(input.scalar_type()) : torch::Tensor();
 }
 
 // Σ_k c_k · (Σ_rows terms[row, k]): column by column, so a loss of one column with coefficient 1 is exactly that
@@ -131,7 +132,9 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
   static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto& g = grad_outputs[0];
-    return {scaled(saved[0], g, saved[2]), scaled(saved[1], g, saved[3]), torch::Tensor(), torch::Tensor(),
+    const auto times_g = [&](const torch::Tensor& grad) { return grad.defined() ? grad * g : grad; };
+    return {in_dtype_of(times_g(saved[0]), saved[2]), in_dtype_of(times_g(saved[1]), saved[3]), torch::Tensor(),
+            torch::Tensor(),
             torch::Tensor()};
   }
 };
@@ -158,8 +161,7 @@ struct ChunkedTermsFunction : torch::autograd::Function<ChunkedTermsFunction> {
     compat::CudaAutocastScope scope(autocast);
     auto grads = gradients_for(hidden, weight);
     run_chunks(hidden, weight, fn, ctx->saved_data["chunk_rows"].toInt(), grad_outputs[0], &grads);
-    const auto one = torch::ones({}, torch::TensorOptions().dtype(torch::kFloat).device(hidden.device()));
-    return {scaled(grads.hidden, one, hidden), scaled(grads.weight, one, weight), torch::Tensor(), torch::Tensor()};
+    return {in_dtype_of(grads.hidden, hidden), in_dtype_of(grads.weight, weight), torch::Tensor(), torch::Tensor()};
   }
 };
 
