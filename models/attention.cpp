@@ -3,6 +3,8 @@
 #include <torch/torch.h>
 
 #include "core/torch_compat.h"
+#include "models/joint_linear.h"
+#include "models/kernels/qk_norm_rope.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -55,18 +57,17 @@ int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
   return count;
 }
 
-// What autograd keeps: the queries, the keys and values the scores read (repeated to every query head under
-// grouped queries where libtorch cannot group), the attention weights (the explicit path of libtorch 1.13 keeps all
-// `context` of them per head; 2.x's kernels a few floats per query), o_proj's input, and with QK-norm the norms'
-// inputs. RoPE multiplies by constant tables and keeps nothing of its own.
+// What autograd keeps: the rotated queries and keys (the keys repeated to every query head under grouped queries
+// where libtorch cannot group, and the values with them), the joint q | k | v projection (the values are a view of
+// it; the QK-norm and RoPE read it again in backward), the attention weights (the explicit path of libtorch 1.13
+// keeps all `context` of them per head; 2.x's kernels a few floats per query) and o_proj's input.
 double AttentionImpl::saved_floats_per_token(const ModelConfig& config, int64_t context) {
   const double hd = static_cast<double>(resolved_head_dim(config));
   const double q = static_cast<double>(config.n_heads) * hd, kv = static_cast<double>(config.n_kv_heads) * hd;
   const bool repeated = config.n_heads != config.n_kv_heads && !compat::kAttentionKeepsNoWeights;
   const double weights = compat::kAttentionKeepsNoWeights ? 2.0 * static_cast<double>(config.n_heads)
                                                           : static_cast<double>(config.n_heads * context);
-  double floats = 2 * q + (repeated ? 2 * q : 2 * kv) + weights;
-  if (config.qk_norm) floats += q + kv;
+  double floats = 2 * q + (repeated ? 2 * q : kv) + (q + 2 * kv) + weights;
   if (config.qkv_conv) floats += 2 * (q + 2 * kv);
   return floats;
 }
@@ -97,20 +98,37 @@ TokenMixerKind attention_mixer_kind() {
 }
 
 torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionContext& context) {
-  std::array<torch::Tensor, 3> qkv = {q_proj(u), k_proj(u), v_proj(u)};  // [B, T, H·h_d] each
+  const int64_t q_width = n_heads_ * head_dim_, kv_width = n_kv_heads_ * head_dim_;
+  std::vector<torch::Tensor> biases;
+  if (q_proj->bias.defined()) biases = {q_proj->bias, k_proj->bias, v_proj->bias};
+  const auto joint = joint_linear(u, {q_proj->weight, k_proj->weight, v_proj->weight}, biases);
+  const auto parts = joint.split_with_sizes({q_width, kv_width, kv_width}, -1);
+  std::array<torch::Tensor, 3> qkv = {parts[0], parts[1], parts[2]};  // [B, T, H·h_d] each
   const bool conv = !qkv_conv.is_empty();
   if (conv && !qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
-  // QK-norm normalises each head over its h_d coordinates.
-  if (!q_norm.is_empty()) {
-    qkv[0] = q_norm(per_head(qkv[0], n_heads_, head_dim_)).flatten(2);
-    qkv[1] = k_norm(per_head(qkv[1], n_kv_heads_, head_dim_)).flatten(2);
-  }
-  if (conv && qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
-
   // [B, H, T, h_d] for SDPA.
-  auto q = apply_rope(per_head(qkv[0], n_heads_, head_dim_).transpose(1, 2), context.rope);
-  auto k = apply_rope(per_head(qkv[1], n_kv_heads_, head_dim_).transpose(1, 2), context.rope);
-  auto v = per_head(qkv[2], n_kv_heads_, head_dim_).transpose(1, 2);
+  const auto heads_first = [&](const torch::Tensor& x, int64_t heads) {
+    return per_head(x, heads, head_dim_).transpose(1, 2);
+  };
+  torch::Tensor q, k;
+  const bool norm_then_rope = !q_norm.is_empty() && !(conv && qkv_conv_after_norm_);
+  if (norm_then_rope && fused_qk_norm_rope_applies(heads_first(qkv[0], n_heads_))) {
+    // QK-norm and RoPE in one pass per projection (models/kernels/qk_norm_rope.h).
+    q = fused_qk_norm_rope(heads_first(qkv[0], n_heads_), q_norm->weight, q_norm->eps(), context.rope.cos,
+                           context.rope.sin);
+    k = fused_qk_norm_rope(heads_first(qkv[1], n_kv_heads_), k_norm->weight, k_norm->eps(), context.rope.cos,
+                           context.rope.sin);
+  } else {
+    // QK-norm normalises each head over its h_d coordinates.
+    if (!q_norm.is_empty()) {
+      qkv[0] = q_norm(per_head(qkv[0], n_heads_, head_dim_)).flatten(2);
+      qkv[1] = k_norm(per_head(qkv[1], n_kv_heads_, head_dim_)).flatten(2);
+    }
+    if (conv && qkv_conv_after_norm_) qkv = qkv_conv(qkv, context);
+    q = apply_rope(heads_first(qkv[0], n_heads_), context.rope);
+    k = apply_rope(heads_first(qkv[1], n_kv_heads_), context.rope);
+  }
+  auto v = heads_first(qkv[2], n_kv_heads_);
   if (context.cache) {
     std::tie(k, v) = context.write_slot.defined() ? context.cache->append_at(layer_index_, context.write_slot, k, v)
                                                    : context.cache->append(layer_index_, k, v);

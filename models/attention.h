@@ -1,5 +1,6 @@
 // Grouped-query self-attention with per-head QK RMSNorm before RoPE (Qwen3; docs/backbones.md, "Base block"):
 //   q, k, v = W_q u, W_k u, W_v u;  q, k ← RoPE(RMSNorm(q)), RoPE(RMSNorm(k));  W_o · softmax(q kᵀ/√h_d + mask) v
+// (q, k and v as one product, models/joint_linear.h; the QK-norm and RoPE as one kernel, models/kernels/qk_norm_rope.h).
 // Query head h reads KV head ⌊h·n_kv/n_q⌋. Biases on q, k, v (Qwen2) or on all four projections (Llama's
 // attention_bias) by ModelConfig::attention_bias; the QK-norm can be off (Llama, Qwen2). Optionally a depthwise residual conv over time on [q | k | v]
 // before RoPE (qkv_conv.h), before or after the QK-norm. Optionally an off-by-one softmax (an attention sink,

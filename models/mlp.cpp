@@ -2,6 +2,8 @@
 
 #include <torch/torch.h>
 
+#include "models/joint_linear.h"
+#include "models/kernels/swiglu.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -22,13 +24,13 @@ FeedForwardKind swiglu_feed_forward_kind() {
     return std::make_shared<SwiGLUImpl>(config.d_model, resolved_ffn_dim(config));
   };
   kind.parameter_count = [](const ModelConfig& config) { return 3 * config.d_model * resolved_ffn_dim(config); };
-  // The gate and up projections, the gate's SiLU and the product down_proj reads.
-  kind.saved_floats_per_token = [](const ModelConfig& config, int64_t) { return 4.0 * resolved_ffn_dim(config); };
+  // The gate and up projections side by side (all the fused gating keeps) and the product down_proj reads.
+  kind.saved_floats_per_token = [](const ModelConfig& config, int64_t) { return 3.0 * resolved_ffn_dim(config); };
   return kind;
 }
 
 torch::Tensor SwiGLUImpl::forward(const torch::Tensor& u) {
-  const auto hidden = torch::silu(gate_proj(u)) * up_proj(u);
+  const auto hidden = fused_swiglu(joint_linear(u, {gate_proj->weight, up_proj->weight}, {}));
   if (tap_) tap_(hidden);
   return down_proj(hidden);
 }

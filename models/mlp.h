@@ -1,4 +1,5 @@
-// SwiGLU feed-forward (Shazeer 2020, eq. 6): FFN(u) = W_down (SiLU(W_gate u) ⊙ W_up u), no biases.
+// SwiGLU feed-forward (Shazeer 2020, eq. 6): FFN(u) = W_down (SiLU(W_gate u) ⊙ W_up u), no biases. The gate and up
+// projections are one product (models/joint_linear.h) and the gating one kernel (models/kernels/swiglu.h).
 #pragma once
 #include <torch/nn/module.h>
 #include <torch/nn/modules/linear.h>

@@ -57,8 +57,8 @@ FeedForwardKind moe_feed_forward_kind() {
   kind.saved_floats_per_token = [](const ModelConfig& config, int64_t) {
     const double width =
         static_cast<double>(config.moe_expert_ffn_dim > 0 ? config.moe_expert_ffn_dim : resolved_ffn_dim(config));
-    const double per_assignment = 2.0 * config.d_model + 4.0 * width;
-    return 2.0 * config.moe_experts + config.moe_top_k * per_assignment + 4.0 * width * config.moe_shared_experts;
+    const double per_assignment = 2.0 * config.d_model + 3.0 * width;
+    return 2.0 * config.moe_experts + config.moe_top_k * per_assignment + 3.0 * width * config.moe_shared_experts;
   };
   kind.check = [](const ModelConfig& config) {
     if (config.moe_top_k > config.moe_experts)

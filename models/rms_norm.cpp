@@ -1,11 +1,16 @@
 #include "models/rms_norm.h"
 
-#include <ATen/Dispatch.h>
-#include <ATen/OpMathType.h>
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "core/kernels/kernel_types.h"
 #include "core/torch_compat.h"
+#include "models/kernels/rms_norm_row.h"
+
+#ifdef INKSTONE_CUDA
+#include "core/kernels/kernel_stream.h"
+#include "models/kernels/rms_norm_cuda.h"
+#endif
 
 namespace inkstone {
 namespace {
@@ -19,79 +24,94 @@ double row_dot(const A* a, const B* b, int64_t n) {
   Acc partial[8] = {};
   int64_t j = 0;
   for (; j + 8 <= n; j += 8)
-    for (int lane = 0; lane < 8; ++lane)
-      partial[lane] += static_cast<Acc>(a[j + lane]) * static_cast<Acc>(b[j + lane]);
+    for (int lane = 0; lane < 8; ++lane) partial[lane] += kernels::load(a[j + lane]) * kernels::load(b[j + lane]);
   double sum = 0;
   for (Acc p : partial) sum += p;
-  for (; j < n; ++j) sum += static_cast<double>(a[j]) * static_cast<double>(b[j]);
+  for (; j < n; ++j) sum += static_cast<double>(kernels::load(a[j])) * static_cast<double>(kernels::load(b[j]));
   return sum;
 }
 
-// Fixed row chunks for the weight gradient: each chunk sums its rows' dy ⊙ x̂ alone, so the result does not
-// depend on the thread count.
-constexpr int64_t kWeightGradChunks = 64;
+// Fixed row chunks for the weight gradient: each chunk sums its rows' dy ⊙ x r alone, so the result does not
+// depend on the thread count (on the GPU, kRmsNormGradientChunksOnGpu chunks, one thread block each).
+constexpr int64_t kWeightGradChunksOnCpu = 64;
 
-// One pass per row and direction on contiguous CPU rows of width D:
-//   forward   r = (Σ x² / D + ε)^(−1/2),  y = x r g
-//   backward  dx = r (dy ⊙ g) − x r³ ⟨dy ⊙ g, x⟩ / D,  dg = Σ_rows dy ⊙ x r
-// bf16 rows are computed in fp32 (acc_t) and keep only their bf16 input and an fp32 r per row for backward.
+int64_t weight_grad_chunks(const torch::Tensor& x, int64_t rows) {
+#ifdef INKSTONE_CUDA
+  if (x.is_cuda()) return std::min(rows, kernels::kRmsNormGradientChunksOnGpu);
+#endif
+  return std::min(rows, kWeightGradChunksOnCpu);
+}
+
+// One pass per row and direction over contiguous rows of width D (models/kernels/rms_norm_row.h): the CUDA kernel
+// on a GPU, the same coordinate code on the CPU. bf16 rows are computed in float32 and keep only their bf16 input
+// and a float32 r per row for backward.
 struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
   static torch::Tensor forward(AutogradContext* ctx, const torch::Tensor& input, const torch::Tensor& weight,
                                double eps) {
     const auto x = input.contiguous();
-    const int64_t width = x.size(-1), rows = x.numel() / width;
+    const kernels::RmsNormShape shape{x.numel() / x.size(-1), x.size(-1), eps};
     auto y = torch::empty_like(x);
-    torch::Tensor rstd;
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm_forward", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      rstd = torch::empty({rows}, x.options().dtype(c10::CppTypeToScalarType<acc_t>::value));
-      const auto* xp = x.data_ptr<scalar_t>();
-      const auto* g = weight.data_ptr<scalar_t>();
-      auto* yp = y.data_ptr<scalar_t>();
-      auto* rp = rstd.data_ptr<acc_t>();
-      at::parallel_for(0, rows, 16, [&](int64_t begin, int64_t end) {
+    auto rstd = torch::empty({shape.rows}, x.options().dtype(kernel_compute_dtype(x.scalar_type())));
+    visit_kernel_types(x.scalar_type(), [&](auto element, auto compute, auto pointer) {
+      using T = decltype(element);
+      using Compute = decltype(compute);
+      const T *xp = pointer(x), *g = pointer(weight);
+      T* yp = pointer(y);
+      Compute* rp = rstd.data_ptr<Compute>();
+      if (x.is_cuda()) {
+#ifdef INKSTONE_CUDA
+        kernels::launch_rms_norm(xp, g, shape, yp, rp, kernel_stream(x.device()));
+#endif
+        return;
+      }
+      at::parallel_for(0, shape.rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
-          const scalar_t* row = xp + i * width;
-          const auto r = static_cast<acc_t>(1.0 / std::sqrt(row_dot<acc_t>(row, row, width) / width + eps));
+          const T* row = xp + i * shape.width;
+          const auto r = static_cast<Compute>(1.0 / std::sqrt(row_dot<Compute>(row, row, shape.width) / shape.width + eps));
           rp[i] = r;
-          for (int64_t j = 0; j < width; ++j)
-            yp[i * width + j] = static_cast<scalar_t>(static_cast<acc_t>(row[j]) * r * static_cast<acc_t>(g[j]));
+          for (int64_t j = 0; j < shape.width; ++j) kernels::normalise_at(row, g, r, j, yp + i * shape.width);
         }
       });
     });
     ctx->save_for_backward({x, weight, rstd});
+    ctx->saved_data["eps"] = eps;
     return y;
   }
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &weight = saved[1], &rstd = saved[2];
-    const auto dy = grads[0].contiguous();
-    const int64_t width = x.size(-1), rows = x.numel() / width;
-    const int64_t chunks = std::min(rows, kWeightGradChunks), rows_per_chunk = (rows + chunks - 1) / chunks;
+    const auto dy = grads[0].to(x.scalar_type()).contiguous();
+    const kernels::RmsNormShape shape{x.numel() / x.size(-1), x.size(-1), ctx->saved_data["eps"].toDouble()};
+    const int64_t chunks = weight_grad_chunks(x, shape.rows), rows_per_chunk = (shape.rows + chunks - 1) / chunks;
     auto dx = torch::empty_like(x);
-    auto dg_partial = torch::zeros({chunks, width}, rstd.options());
-    AT_DISPATCH_FLOATING_TYPES_AND(at::kBFloat16, x.scalar_type(), "rms_norm_backward", [&] {
-      using acc_t = at::opmath_type<scalar_t>;
-      const auto* xp = x.data_ptr<scalar_t>();
-      const auto* g = weight.data_ptr<scalar_t>();
-      const auto* rp = rstd.data_ptr<acc_t>();
-      const auto* dyp = dy.data_ptr<scalar_t>();
-      auto* dxp = dx.data_ptr<scalar_t>();
-      auto* dgp = dg_partial.data_ptr<acc_t>();
+    auto dg_partial = torch::zeros({chunks, shape.width}, rstd.options());
+    visit_kernel_types(x.scalar_type(), [&](auto element, auto compute, auto pointer) {
+      using T = decltype(element);
+      using Compute = decltype(compute);
+      const T *xp = pointer(x), *g = pointer(weight), *dyp = pointer(dy);
+      T* dxp = pointer(dx);
+      const Compute* rp = rstd.data_ptr<Compute>();
+      Compute* dgp = dg_partial.data_ptr<Compute>();
+      if (x.is_cuda()) {
+#ifdef INKSTONE_CUDA
+        kernels::launch_rms_norm_backward(xp, dyp, g, rp, shape, dxp, dgp, kernel_stream(x.device()));
+#endif
+        return;
+      }
       at::parallel_for(0, chunks, 1, [&](int64_t chunk_begin, int64_t chunk_end) {
-        std::vector<acc_t> dy_g(width);
+        std::vector<Compute> dy_g(shape.width);
         for (int64_t c = chunk_begin; c < chunk_end; ++c) {
-          acc_t* dg_row = dgp + c * width;
-          for (int64_t i = c * rows_per_chunk; i < std::min(rows, (c + 1) * rows_per_chunk); ++i) {
-            const scalar_t *x_row = xp + i * width, *dy_row = dyp + i * width;
-            const acc_t r = rp[i];
-            for (int64_t j = 0; j < width; ++j) dy_g[j] = static_cast<acc_t>(dy_row[j]) * static_cast<acc_t>(g[j]);
-            const auto coefficient = static_cast<acc_t>(row_dot<acc_t>(dy_g.data(), x_row, width) * r * r * r / width);
-            for (int64_t j = 0; j < width; ++j) {
-              const auto x_j = static_cast<acc_t>(x_row[j]);
-              dxp[i * width + j] = static_cast<scalar_t>(r * dy_g[j] - x_j * coefficient);
-              dg_row[j] += static_cast<acc_t>(dy_row[j]) * x_j * r;
+          Compute* dg_row = dgp + c * shape.width;
+          for (int64_t i = c * rows_per_chunk; i < std::min(shape.rows, (c + 1) * rows_per_chunk); ++i) {
+            const T *x_row = xp + i * shape.width, *dy_row = dyp + i * shape.width;
+            const Compute r = rp[i];
+            for (int64_t j = 0; j < shape.width; ++j) dy_g[j] = kernels::load(dy_row[j]) * kernels::load(g[j]);
+            const auto coefficient = static_cast<Compute>(row_dot<Compute>(dy_g.data(), x_row, shape.width) * r * r *
+                                                          r / shape.width);
+            for (int64_t j = 0; j < shape.width; ++j) {
+              kernels::input_gradient_at(x_row, dy_row, g, r, coefficient, j, dxp + i * shape.width);
+              dg_row[j] += kernels::gain_gradient_term(x_row, dy_row, r, j);
             }
           }
         }
@@ -103,7 +123,12 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 
 bool fused_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight) {
   const auto type = x.scalar_type();
-  return x.device().is_cpu() && x.numel() > 0 && type == weight.scalar_type() &&
+#ifdef INKSTONE_CUDA
+  const bool device = x.is_cpu() || x.is_cuda();
+#else
+  const bool device = x.is_cpu();
+#endif
+  return device && x.numel() > 0 && type == weight.scalar_type() &&
          (type == torch::kFloat || type == torch::kDouble || type == torch::kBFloat16) && weight.is_contiguous();
 }
 

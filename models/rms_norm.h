@@ -5,8 +5,10 @@
 
 namespace inkstone {
 
-// Normalises over the last dimension. On CPU in fp32 / fp64 one fused pass per row and direction (the ATen
-// composite is about 14 elementwise passes over the activations with autograd); elsewhere the composite in fp32.
+// Normalises over the last dimension: where x and the weight share a dtype (float32, bf16 or float64), one fused
+// pass per row and direction on the CPU or a CUDA GPU (models/kernels/rms_norm_row.h; the ATen composite is about
+// 14 elementwise passes over the activations with autograd, and casts bf16 up and back); else (mixed dtypes under
+// autocast) the composite in fp32.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
 class RMSNormImpl : public torch::nn::Module {
@@ -14,6 +16,7 @@ class RMSNormImpl : public torch::nn::Module {
   RMSNormImpl(int64_t dim, double eps);
   // Normalises over the last dimension in fp32 (bf16 loses the mean of squares) and returns x's dtype.
   torch::Tensor forward(const torch::Tensor& x);
+  double eps() const { return eps_; }
 
   torch::Tensor weight;  // g, starts at 1
 

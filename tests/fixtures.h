@@ -20,6 +20,11 @@ inline double max_abs_diff(const torch::Tensor& a, const torch::Tensor& b) {
   return (a.to(torch::kDouble) - b.to(torch::kDouble)).abs().max().item<double>();
 }
 
+// The largest elementwise difference relative to the largest magnitude of `want`, in float64.
+inline double max_relative_diff(const torch::Tensor& got, const torch::Tensor& want) {
+  return max_abs_diff(got, want) / want.to(torch::kDouble).abs().max().item<double>();
+}
+
 // A 2-layer, 32-wide Qwen3 block stack; init_std above 0.02 makes logits differ visibly between tokens.
 inline ModelConfig tiny_model_config(double init_std, bool time_conditioning = false) {
   ModelConfig c = default_config().model;  // every key has its documented default

@@ -44,4 +44,13 @@ INKSTONE_HD inline Bf16Bits to_bf16(float value) {
   return {static_cast<uint16_t>((bits + 0x7FFFu + ((bits >> 16) & 1u)) >> 16)};
 }
 
+// Values in a kernel's compute precision: float for float32 and bf16 (widened exactly, stored rounded to nearest
+// even), double for float64.
+INKSTONE_HD inline float load(float value) { return value; }
+INKSTONE_HD inline float load(Bf16Bits value) { return to_float(value); }
+INKSTONE_HD inline double load(double value) { return value; }
+INKSTONE_HD inline void store(float* into, float value) { *into = value; }
+INKSTONE_HD inline void store(Bf16Bits* into, float value) { *into = to_bf16(value); }
+INKSTONE_HD inline void store(double* into, double value) { *into = value; }
+
 }  // namespace inkstone::kernels

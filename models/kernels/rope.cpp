@@ -3,11 +3,11 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "models/kernels/head_layout.h"
 #include "models/kernels/rope_row.h"
 
 #ifdef INKSTONE_CUDA
-#include <c10/cuda/CUDAStream.h>
-
+#include "core/kernels/kernel_stream.h"
 #include "models/kernels/rope_cuda.h"
 #endif
 
@@ -16,13 +16,6 @@ namespace {
 
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
-
-kernels::RopeStrides strides_of(const torch::Tensor& t) {
-  return {t.size(0) == 1 ? 0 : t.stride(0), t.size(1) == 1 ? 0 : t.stride(1), t.size(2) == 1 ? 0 : t.stride(2)};
-}
-
-// The kernels read the last dimension as contiguous.
-torch::Tensor unit_last_stride(const torch::Tensor& t) { return t.stride(-1) == 1 ? t : t.contiguous(); }
 
 template <typename T>
 void rotate_on_cpu(const T* x, const float* cos, const float* sin, const kernels::RopeShape& shape, T* out) {
@@ -37,7 +30,7 @@ void rotate(const T* x, const float* cos, const float* sin, const kernels::RopeS
             const torch::Device& device) {
   if (device.is_cuda()) {
 #ifdef INKSTONE_CUDA
-    kernels::launch_rope(x, cos, sin, shape, out, c10::cuda::getCurrentCUDAStream(device.index()).stream());
+    kernels::launch_rope(x, cos, sin, shape, out, kernel_stream(device));
 #endif
     return;
   }
@@ -46,16 +39,16 @@ void rotate(const T* x, const float* cos, const float* sin, const kernels::RopeS
 
 // R x (or Rᵀ x) into a tensor of x's layout.
 torch::Tensor rotated(const torch::Tensor& x_in, const torch::Tensor& cos, const torch::Tensor& sin, bool transpose) {
-  const auto x = unit_last_stride(x_in);
+  const auto x = with_unit_last_stride(x_in);
   auto out = torch::empty_like(x);  // x's layout, or contiguous where x is not dense: a unit last stride either way
   kernels::RopeShape shape;
   shape.batch = x.size(0);
   shape.heads = x.size(1);
   shape.time = x.size(2);
   shape.half = x.size(3) / 2;
-  shape.x = strides_of(x);
-  shape.out = strides_of(out);
-  shape.table = strides_of(cos.expand({x.size(0), 1, x.size(2), x.size(3)}));
+  shape.x = head_strides(x);
+  shape.out = head_strides(out);
+  shape.table = head_strides(cos.expand({x.size(0), 1, x.size(2), x.size(3)}));
   shape.transpose = transpose;
   const float* c = cos.data_ptr<float>();
   const float* s = sin.data_ptr<float>();

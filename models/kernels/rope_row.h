@@ -29,15 +29,6 @@ struct RopeShape {
   INKSTONE_HD int64_t rows() const { return batch * heads * time; }
 };
 
-// Values in the compute precision: float for float32 and bf16 (widened exactly, stored rounded to nearest even),
-// double for float64.
-INKSTONE_HD inline float load(float value) { return value; }
-INKSTONE_HD inline float load(Bf16Bits value) { return to_float(value); }
-INKSTONE_HD inline double load(double value) { return value; }
-INKSTONE_HD inline void store(float* into, float value) { *into = value; }
-INKSTONE_HD inline void store(Bf16Bits* into, float value) { *into = to_bf16(value); }
-INKSTONE_HD inline void store(double* into, double value) { *into = value; }
-
 // p q + r s with both products rounded (no fused multiply-add, which nvcc would otherwise contract to).
 INKSTONE_HD inline float product_sum(float p, float q, float r, float s) {
 #ifdef __CUDA_ARCH__

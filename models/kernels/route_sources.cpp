@@ -8,8 +8,7 @@
 #include "models/kernels/route_sources_row.h"
 
 #ifdef INKSTONE_CUDA
-#include <c10/cuda/CUDAStream.h>
-
+#include "core/kernels/kernel_stream.h"
 #include "models/kernels/route_sources_cuda.h"
 #endif
 
@@ -64,10 +63,6 @@ std::vector<torch::Tensor> contiguous_rows(at::TensorList sources, torch::Scalar
   return rows;
 }
 
-#ifdef INKSTONE_CUDA
-void* current_stream(const torch::Tensor& on) { return c10::cuda::getCurrentCUDAStream(on.device().index()).stream(); }
-#endif
-
 struct FusedRouteFunction : public torch::autograd::Function<FusedRouteFunction> {
   static torch::Tensor forward(AutogradContext* ctx, at::TensorList sources_in, const torch::Tensor& query_in,
                                const torch::Tensor& gain_in, double eps, int64_t heads) {
@@ -87,7 +82,7 @@ struct FusedRouteFunction : public torch::autograd::Function<FusedRouteFunction>
 #ifdef INKSTONE_CUDA
         kernels::launch_route_forward(rows.get(), query.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(), shape,
                                       out.data_ptr<scalar_t>(), weights.data_ptr<double>(),
-                                      inv_rms.data_ptr<double>(), current_stream(out));
+                                      inv_rms.data_ptr<double>(), kernel_stream(out.device()));
 #endif
         return;
       }
@@ -133,7 +128,7 @@ struct FusedRouteFunction : public torch::autograd::Function<FusedRouteFunction>
         kernels::launch_route_backward(rows.get(), query.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
                                        grad_out.data_ptr<scalar_t>(), shape, weights.data_ptr<double>(),
                                        inv_rms.data_ptr<double>(), grad_rows.get(), grad_query.data_ptr<double>(),
-                                       grad_gain.data_ptr<double>(), current_stream(grad_out));
+                                       grad_gain.data_ptr<double>(), kernel_stream(grad_out.device()));
 #endif
         return;
       }

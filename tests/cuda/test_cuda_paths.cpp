@@ -1,5 +1,6 @@
 // The CUDA code paths against their CPU twins: forward and backward, bf16 autocast, SDPA, KV-cache decoding (and
-// its replayed CUDA graph), the fused diffusion step (cuRAND's Philox against the twin's).
+// its replayed CUDA graph), the fused diffusion step (cuRAND's Philox against the twin's), the fused rotary
+// embedding, RMSNorm, SwiGLU and QK-norm kernels.
 // ctest label `cuda`; each test skips, saying why, where no GPU is present (bench/gpu/check runs them on one).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,8 +12,11 @@
 #include "core/explicit_attention.h"
 #include "core/memory_usage.h"
 #include "core/torch_compat.h"
+#include "models/kernels/qk_norm_rope.h"
 #include "models/kernels/route_sources.h"
+#include "models/kernels/swiglu.h"
 #include "models/language_model.h"
+#include "models/rms_norm.h"
 #include "models/rope.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
@@ -294,6 +298,85 @@ TEST(Cuda, FusedRopeEqualsTheCpuTwinBitForBit) {
       }
       EXPECT_TRUE(torch::equal(out[1], out[0])) << dtype << " table batch " << table_batch;
       EXPECT_TRUE(torch::equal(grad[1], grad[0])) << dtype << " table batch " << table_batch;
+    }
+}
+
+// The RMSNorm kernel against the CPU op over the same coordinate code: float64, float32 and bf16 rows, forward and
+// both gradients (row sums added in another order, so to rounding).
+TEST(Cuda, RmsNormKernelMatchesTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(9);
+  for (const auto& [dtype, tolerance] : std::vector<std::pair<torch::ScalarType, double>>{
+           {torch::kDouble, 1e-12}, {torch::kFloat, 1e-5}, {torch::kBFloat16, 1e-2}}) {
+    const auto x = (torch::randn({3000, 768}) * 2).to(dtype);
+    const auto weight = (torch::rand({768}) + 0.5).to(dtype);
+    const auto grad_out = torch::randn({3000, 768}).to(dtype);
+    torch::Tensor out[2], grad_x[2], grad_weight[2];
+    for (const bool gpu : {false, true}) {
+      const auto place = [gpu](const torch::Tensor& t) { return gpu ? t.cuda() : t; };
+      auto leaf = place(x).detach().requires_grad_(true);
+      auto gain = place(weight).detach().requires_grad_(true);
+      const auto y = rms_norm(leaf, gain, 1e-6);
+      y.backward(place(grad_out));
+      out[gpu] = y.detach().cpu();
+      grad_x[gpu] = leaf.grad().cpu();
+      grad_weight[gpu] = gain.grad().cpu();
+    }
+    EXPECT_LT(testing::max_relative_diff(out[1], out[0]), tolerance) << dtype;
+    EXPECT_LT(testing::max_relative_diff(grad_x[1], grad_x[0]), tolerance) << dtype;
+    EXPECT_LT(testing::max_relative_diff(grad_weight[1], grad_weight[0]), tolerance) << dtype;
+  }
+}
+
+// The SwiGLU kernel against its CPU twin, forward and gradient: float64 and float32 to the ulps by which CUDA's
+// exp and the C library's differ, bf16 to one rounding of those.
+TEST(Cuda, FusedSwigluMatchesTheCpuTwin) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(7);
+  for (const auto& [dtype, tolerance] : std::vector<std::pair<torch::ScalarType, double>>{
+           {torch::kDouble, 1e-13}, {torch::kFloat, 1e-6}, {torch::kBFloat16, 1e-2}}) {
+    const auto gate_up = (torch::randn({4, 64, 2 * 352}) * 3).to(dtype);
+    const auto grad_out = torch::randn({4, 64, 352}).to(dtype);
+    torch::Tensor out[2], grad[2];
+    for (const bool gpu : {false, true}) {
+      auto input = (gpu ? gate_up.cuda() : gate_up).detach().requires_grad_(true);
+      const auto hidden = fused_swiglu(input);
+      hidden.backward(gpu ? grad_out.cuda() : grad_out);
+      out[gpu] = hidden.detach().cpu();
+      grad[gpu] = input.grad().cpu();
+    }
+    EXPECT_LT(testing::max_relative_diff(out[1], out[0]), tolerance) << dtype;
+    EXPECT_LT(testing::max_relative_diff(grad[1], grad[0]), tolerance) << dtype;
+  }
+}
+
+// The QK-norm + rotary kernel against its CPU twin on the attention's strided view of a joint projection: the row
+// sums are added in another order (warp shuffles), so to float rounding, not bit for bit.
+TEST(Cuda, FusedQkNormRopeMatchesTheCpuTwin) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(8);
+  for (const int64_t table_batch : {2, 1})
+    for (const auto& [dtype, tolerance] : std::vector<std::pair<torch::ScalarType, double>>{
+             {torch::kDouble, 1e-12}, {torch::kFloat, 1e-5}, {torch::kBFloat16, 1e-2}}) {
+      const auto table = rope_table(torch::randint(0, 40000, {table_batch, 64}, torch::kLong), 128, 1e6);
+      const auto joint = torch::randn({2, 64, 10 * 128}).to(dtype);
+      const auto weight = (torch::rand({128}) + 0.5).to(dtype);
+      const auto grad_out = torch::randn({2, 8, 64, 128}).to(dtype);
+      torch::Tensor out[2], grad_x[2], grad_weight[2];
+      for (const bool gpu : {false, true}) {
+        const auto place = [gpu](const torch::Tensor& t) { return gpu ? t.cuda() : t; };
+        auto leaf = place(joint).detach().requires_grad_(true);
+        auto gain = place(weight).detach().requires_grad_(true);
+        const auto q = leaf.narrow(-1, 0, 8 * 128).view({2, 64, 8, 128}).transpose(1, 2);
+        const auto y = fused_qk_norm_rope(q, gain, 1e-6, place(table.cos), place(table.sin));
+        y.backward(place(grad_out));
+        out[gpu] = y.detach().cpu();
+        grad_x[gpu] = leaf.grad().cpu();
+        grad_weight[gpu] = gain.grad().cpu();
+      }
+      EXPECT_LT(testing::max_relative_diff(out[1], out[0]), tolerance) << dtype << " table batch " << table_batch;
+      EXPECT_LT(testing::max_relative_diff(grad_x[1], grad_x[0]), tolerance) << dtype << " table batch " << table_batch;
+      EXPECT_LT(testing::max_relative_diff(grad_weight[1], grad_weight[0]), tolerance) << dtype;
     }
 }
 

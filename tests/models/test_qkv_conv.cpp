@@ -23,7 +23,9 @@ AttentionContext qkv_context(MaskMode mode) {
   return context;
 }
 
-// Test 1: zero taps give exactly the base model, bit for bit, in either position and under either mask.
+// Test 1: zero taps give exactly the base model, in either position and under either mask: bit for bit before the
+// norm; after it the base model fuses the QK-norm with RoPE (models/kernels/qk_norm_rope.h) and the conv model
+// cannot, so there to float32 rounding.
 TEST(QkvConv, ZeroTapsGiveExactlyTheBaseModel) {
   torch::manual_seed(1);
   auto base = build_language_model(testing::tiny_model_config(0.2), 37);
@@ -38,7 +40,11 @@ TEST(QkvConv, ZeroTapsGiveExactlyTheBaseModel) {
     for (MaskMode mode : {MaskMode::causal, MaskMode::bidirectional}) {
       ForwardArgs args;
       args.mask = mode;
-      EXPECT_TRUE(torch::equal(with_conv(tokens, args).logits, base(tokens, args).logits)) << position;
+      const auto conv_logits = with_conv(tokens, args).logits, base_logits = base(tokens, args).logits;
+      if (std::string(position) == "before_norm")
+        EXPECT_TRUE(torch::equal(conv_logits, base_logits)) << position;
+      else
+        EXPECT_LT(testing::max_abs_diff(conv_logits, base_logits), 1e-5) << position;
     }
   }
 }

@@ -51,8 +51,8 @@ TEST(ActivationProbe, SwiGLUHandsItsHiddenActivationsToTheTap) {
   const auto out = ffn->forward(u);
   ASSERT_TRUE(seen.defined());
   const auto hidden = torch::silu(ffn->gate_proj(u)) * ffn->up_proj(u);
-  EXPECT_TRUE(seen.equal(hidden));
-  EXPECT_TRUE(out.equal(ffn->down_proj(hidden)));
+  EXPECT_LT(testing::max_abs_diff(seen, hidden), 1e-6);  // the fused gating rounds differently (kernels/swiglu.h)
+  EXPECT_TRUE(out.equal(ffn->down_proj(seen)));
   ffn->set_activation_tap({});
   seen = torch::Tensor();
   ffn->forward(u);

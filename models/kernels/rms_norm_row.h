@@ -1,0 +1,49 @@
+// RMSNorm of one row (Zhang & Sennrich 2019, eq. 4; docs/kernels.md "RMSNorm on the GPU"), the per-coordinate code
+// that the CUDA kernel and the CPU op (models/rms_norm.cpp) both run. For a row x of width D and gain g:
+//   forward   r = (Σ_j x_j² / D + ε)^(−1/2),   y = x r ⊙ g
+//   backward  dx = r (dy ⊙ g) − x r³ ⟨dy ⊙ g, x⟩ / D,   dg = Σ_rows dy ⊙ x r
+// The row sums Σ x² and ⟨dy ⊙ g, x⟩ are formed by each side its own way (a block's tree on the GPU, eight running
+// sums on the CPU), so the two agree to rounding, not bit for bit. float32 and bf16 rows are computed in float32
+// and rounded once at the store; float64 rows in float64.
+#pragma once
+#include <cstdint>
+
+#include "core/kernels/bf16_bits.h"
+
+namespace inkstone::kernels {
+
+struct RmsNormShape {
+  int64_t rows = 0;
+  int64_t width = 0;  // D
+  double eps = 0;
+};
+
+template <typename T>
+INKSTONE_HD auto square_of(const T* x, int64_t j) {
+  const auto value = load(x[j]);
+  return value * value;
+}
+
+// The weight gradient's summand and the row dot product's summand at coordinate j.
+template <typename T>
+INKSTONE_HD auto gain_gradient_term(const T* x, const T* dy, decltype(load(T{})) r, int64_t j) {
+  return load(dy[j]) * load(x[j]) * r;
+}
+template <typename T>
+INKSTONE_HD auto gradient_dot_term(const T* x, const T* dy, const T* g, int64_t j) {
+  return load(dy[j]) * load(g[j]) * load(x[j]);
+}
+
+template <typename T>
+INKSTONE_HD void normalise_at(const T* x, const T* g, decltype(load(T{})) r, int64_t j, T* y) {
+  store(y + j, load(x[j]) * r * load(g[j]));
+}
+
+// dx_j given r and coefficient = ⟨dy ⊙ g, x⟩ r³ / D.
+template <typename T>
+INKSTONE_HD void input_gradient_at(const T* x, const T* dy, const T* g, decltype(load(T{})) r,
+                                   decltype(load(T{})) coefficient, int64_t j, T* dx) {
+  store(dx + j, r * (load(dy[j]) * load(g[j])) - load(x[j]) * coefficient);
+}
+
+}  // namespace inkstone::kernels
