@@ -1,5 +1,7 @@
 #include "models/kernels/swiglu.h"
 
+#include <array>
+
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
@@ -19,12 +21,21 @@ using torch::autograd::variable_list;
 
 constexpr int64_t kCpuGrain = 4096;  // coordinates per CPU task: a few microseconds of work
 
-torch::Tensor gated(const torch::Tensor& gate_up) {
-  const int64_t width = gate_up.size(-1) / 2;
+torch::Tensor hidden_like(const torch::Tensor& gate_up) {
   auto sizes = gate_up.sizes().vec();
-  sizes.back() = width;
-  auto hidden = torch::empty(sizes, gate_up.options());
-  const kernels::SwigluShape shape{gate_up.numel() / (2 * width), width};
+  sizes.back() /= 2;
+  return torch::empty(sizes, gate_up.options());
+}
+
+kernels::SwigluShape shape_of(const torch::Tensor& gate_up) {
+  const int64_t width = gate_up.size(-1) / 2;
+  return {gate_up.numel() / (2 * width), width};
+}
+
+// The row code, on the GPU (the kernel) or the CPU (the twin).
+torch::Tensor gated_by_row_code(const torch::Tensor& gate_up) {
+  auto hidden = hidden_like(gate_up);
+  const auto shape = shape_of(gate_up);
   visit_kernel_types(gate_up.scalar_type(), [&](auto element, auto, auto pointer) {
     using T = decltype(element);
     const T* in = pointer(gate_up);
@@ -42,9 +53,9 @@ torch::Tensor gated(const torch::Tensor& gate_up) {
   return hidden;
 }
 
-torch::Tensor gate_up_gradient(const torch::Tensor& gate_up, const torch::Tensor& grad_hidden) {
+torch::Tensor gate_up_gradient_by_row_code(const torch::Tensor& gate_up, const torch::Tensor& grad_hidden) {
   auto grad = torch::empty_like(gate_up);
-  const kernels::SwigluShape shape{grad_hidden.numel() / grad_hidden.size(-1), grad_hidden.size(-1)};
+  const auto shape = shape_of(gate_up);
   visit_kernel_types(gate_up.scalar_type(), [&](auto element, auto, auto pointer) {
     using T = decltype(element);
     const T* in = pointer(gate_up);
@@ -52,8 +63,7 @@ torch::Tensor gate_up_gradient(const torch::Tensor& gate_up, const torch::Tensor
     T* out = pointer(grad);
     if (gate_up.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_swiglu_backward(in, dh, shape, out,
-                                      kernel_stream(gate_up.device()));
+      kernels::launch_swiglu_backward(in, dh, shape, out, kernel_stream(gate_up.device()));
 #endif
       return;
     }
@@ -62,6 +72,31 @@ torch::Tensor gate_up_gradient(const torch::Tensor& gate_up, const torch::Tensor
     });
   });
   return grad;
+}
+
+// The same formulas through ATen's vectorised SiLU, for the CPU: the twin's scalar exp made a training step at the
+// bench's M shape about a third slower (docs/kernels.md "The fused SwiGLU").
+std::array<torch::Tensor, 2> gate_and_up(const torch::Tensor& gate_up) {
+  const int64_t width = gate_up.size(-1) / 2;
+  return {gate_up.narrow(-1, 0, width), gate_up.narrow(-1, width, width)};
+}
+
+// bf16 rows widened to float32 and the result rounded once, as the row code rounds.
+torch::Tensor widened(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kBFloat16 ? t.to(torch::kFloat) : t;
+}
+
+torch::Tensor gated(const torch::Tensor& gate_up) {
+  if (gate_up.is_cuda()) return gated_by_row_code(gate_up);
+  const auto [g, u] = gate_and_up(widened(gate_up));
+  return (torch::silu(g) * u).to(gate_up.scalar_type());
+}
+
+torch::Tensor gate_up_gradient(const torch::Tensor& gate_up, const torch::Tensor& grad_hidden) {
+  if (gate_up.is_cuda()) return gate_up_gradient_by_row_code(gate_up, grad_hidden);
+  const auto [g, u] = gate_and_up(widened(gate_up));
+  const auto dh = widened(grad_hidden);
+  return torch::cat({at::silu_backward(dh * u, g), dh * torch::silu(g)}, -1).to(gate_up.scalar_type());
 }
 
 struct FusedSwigluFunction : public torch::autograd::Function<FusedSwigluFunction> {
@@ -76,9 +111,7 @@ struct FusedSwigluFunction : public torch::autograd::Function<FusedSwigluFunctio
   }
 };
 
-}  // namespace
-
-torch::Tensor fused_swiglu(const torch::Tensor& gate_up) {
+void check_gate_up(const torch::Tensor& gate_up) {
   TORCH_CHECK(gate_up.dim() >= 1 && gate_up.size(-1) % 2 == 0,
               "fused_swiglu: gate_up must end in an even width [..., 2F], got ", gate_up.sizes());
   const auto dtype = gate_up.scalar_type();
@@ -88,7 +121,22 @@ torch::Tensor fused_swiglu(const torch::Tensor& gate_up) {
 #ifndef INKSTONE_CUDA
   TORCH_CHECK(!gate_up.is_cuda(), "fused_swiglu: this build has no CUDA kernels");
 #endif
+}
+
+}  // namespace
+
+torch::Tensor fused_swiglu(const torch::Tensor& gate_up) {
+  check_gate_up(gate_up);
   return FusedSwigluFunction::apply(gate_up.contiguous());
+}
+
+SwigluRowCode swiglu_row_code_on_cpu(const torch::Tensor& gate_up, const torch::Tensor& grad_hidden) {
+  check_gate_up(gate_up);
+  TORCH_CHECK(gate_up.is_cpu() && grad_hidden.sizes() == hidden_like(gate_up).sizes() &&
+                  grad_hidden.scalar_type() == gate_up.scalar_type(),
+              "swiglu_row_code_on_cpu: CPU gate_up [..., 2F] and a gradient [..., F] of its dtype");
+  const auto rows = gate_up.contiguous();
+  return {gated_by_row_code(rows), gate_up_gradient_by_row_code(rows, grad_hidden.contiguous())};
 }
 
 }  // namespace inkstone
