@@ -85,8 +85,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, norm_eps, 1e-6, "RMSNorm epsilon.").positive_up_to(1),
       INKSTONE_FIELD(model, qk_norm, true, "Per-head RMSNorm of q and k before RoPE (Qwen3; Llama and Qwen2 have none)."),
       INKSTONE_FIELD(model, attention_sink, false,
-                     "Off-by-one softmax in every attention layer: exp(s_j) / (1 + sum_i exp(s_i)) (Sumi). Uses the "
-                     "explicit attention path, never flash SDPA."),
+                     "Off-by-one softmax in every attention layer: exp(s_j) / (1 + sum_i exp(s_i)) (Sumi). On "
+                     "libtorch 2.x a zero key and value through the fused SDPA kernels; 1.13 the explicit path."),
       INKSTONE_FIELD(model, attention_bias, "none",
                      "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
           .one_of({"none", "qkv", "all"}),

@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "models/block_registry.h"
 #include "models/model_dims.h"
 
 namespace inkstone {
@@ -190,8 +191,13 @@ std::string hf_architecture_for(const ModelConfig& m) {
   };
   if (m.residual != "plain") refuse(fmt::format("model.residual = \"{}\"", m.residual));
   if (m.width_profile != "uniform") refuse(fmt::format("model.width_profile = \"{}\"", m.width_profile));
-  if (m.mixer_pattern.find('C') != std::string::npos) refuse(fmt::format("model.mixer_pattern = \"{}\" (short conv)", m.mixer_pattern));
-  if (m.ffn_pattern.find('M') != std::string::npos) refuse(fmt::format("model.ffn_pattern = \"{}\" (MoE)", m.ffn_pattern));
+  // Each layer's parts say whether a Hugging Face architecture has them (models/block_registry.h).
+  for (int64_t layer = 0; layer < m.n_layers; ++layer) {
+    const TokenMixerKind& mixer = token_mixer_of(m, layer);
+    if (!mixer.exportable_to_hf) refuse(fmt::format("model.mixer_pattern = \"{}\" ({})", m.mixer_pattern, mixer.description));
+    const FeedForwardKind& ffn = feed_forward_of(m, layer);
+    if (!ffn.exportable_to_hf) refuse(fmt::format("model.ffn_pattern = \"{}\" ({})", m.ffn_pattern, ffn.description));
+  }
   if (m.hidden_streams > 1) refuse(fmt::format("model.hidden_streams = {}", m.hidden_streams));
   if (m.time_conditioning) refuse("model.time_conditioning");
   if (m.qkv_conv) refuse("model.qkv_conv");

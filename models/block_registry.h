@@ -27,6 +27,9 @@ struct BlockPartKind {
   std::function<void(const ModelConfig& config)> check;
   // Why a captured CUDA graph cannot replay its decode step (sampler/decode_step.h); empty: it can.
   std::string graph_decode_obstacle;
+  // Whether a Hugging Face architecture has this part (interop/hf_config.h): `export hf` refuses a model with any
+  // part that does not say so.
+  bool exportable_to_hf = false;
 };
 using TokenMixerKind = BlockPartKind<TokenMixer>;
 using FeedForwardKind = BlockPartKind<FeedForward>;

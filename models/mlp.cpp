@@ -20,6 +20,7 @@ FeedForwardKind swiglu_feed_forward_kind() {
   kind.letter = 'D';
   kind.module_name = "mlp";
   kind.description = "dense SwiGLU";
+  kind.exportable_to_hf = true;
   kind.make = [](const ModelConfig& config, int64_t) {
     return std::make_shared<SwiGLUImpl>(config.d_model, resolved_ffn_dim(config));
   };

@@ -49,7 +49,7 @@ FeedForwardKind moe_feed_forward_kind() {
   FeedForwardKind kind;
   kind.letter = 'M';
   kind.module_name = "moe";
-  kind.description = "mixture of experts";
+  kind.description = "mixture of experts (MoE)";
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<MoEImpl>(config, layer); };
   kind.parameter_count = MoEImpl::parameter_count;
   // Router logits and probabilities; per assignment its gathered input, its expert's SwiGLU (as the dense one) and

@@ -56,6 +56,7 @@ class Objective {
 };
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).
+std::vector<std::string> registered_objective_names();
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer);
 // What the objective registered as `name` trains on, without building it (InputError for an unknown name).
 BatchKind objective_batch_kind(const std::string& name);

@@ -2,6 +2,7 @@
 #include <functional>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/errors.h"
 #include "objectives/ar.h"
@@ -47,15 +48,19 @@ const std::map<std::string, Registered>& registry() {
 
 const Registered& registered(const std::string& name) {
   auto it = registry().find(name);
-  if (it == registry().end()) {
-    std::string known;
-    for (const auto& [registered_name, entry] : registry()) known += (known.empty() ? "" : ", ") + registered_name;
-    throw InputError(fmt::format("objective.name = '{}' is not a registered objective ({})", name, known));
-  }
+  if (it == registry().end())
+    throw InputError(fmt::format("objective.name = '{}' is not a registered objective ({})", name,
+                                 fmt::join(registered_objective_names(), ", ")));
   return it->second;
 }
 
 }  // namespace
+
+std::vector<std::string> registered_objective_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : registry()) names.push_back(name);
+  return names;
+}
 
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer) {
   const Registered& entry = registered(config.objective.name);

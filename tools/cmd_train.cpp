@@ -1,5 +1,5 @@
 // `inkstone train CONFIG.toml [--set section.key=value ...] [--run-dir DIR] [--resume] [--print-defaults]
-//  [--dry-run [--ranks N]]`
+//  [--print-reference] [--dry-run [--ranks N]]`
 #include <cstring>
 
 #include <fmt/format.h>
@@ -12,6 +12,7 @@
 #include "rl/rollout_source.h"
 #include "sampler/text_samples.h"
 #include "tools/commands.h"
+#include "tools/config_reference.h"
 #include "tools/run_setup.h"
 #include "train/distributed.h"
 #include "train/memory_plan.h"
@@ -28,6 +29,7 @@ struct TrainOptions {
   std::string run_dir;
   bool resume = false;
   bool print_defaults = false;
+  bool print_reference = false;
   bool dry_run = false;
   int64_t ranks = 0;  // for --dry-run; 0: the launch's, or 1
 };
@@ -110,6 +112,10 @@ int train(const TrainOptions& o) {
     fmt::print("{}", config_to_toml(default_config(), /*with_docs=*/true));
     return 0;
   }
+  if (o.print_reference) {
+    fmt::print("{}", config_reference_markdown());
+    return 0;
+  }
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
   const LaunchEnv launch = launch_env_from_environment();
@@ -188,6 +194,8 @@ void add_train_command(CLI::App& app, Action& action) {
   cmd->add_option("--run-dir", options->run_dir, "Run folder (default: run.run_dir or runs/<run.name>)");
   cmd->add_flag("--resume", options->resume, "Continue from the newest checkpoint in the run folder");
   cmd->add_flag("--print-defaults", options->print_defaults, "Print every key with its default and exit");
+  cmd->add_flag("--print-reference", options->print_reference,
+                "Print the configuration reference (docs/config.md) as Markdown and exit");
   auto* dry = cmd->add_flag("--dry-run", options->dry_run, "Print the predicted memory per rank and exit (builds nothing)");
   cmd->add_option("--ranks", options->ranks, "Data-parallel ranks for --dry-run (default: the launch's, or 1)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 20))

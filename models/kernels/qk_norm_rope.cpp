@@ -151,13 +151,8 @@ torch::Tensor fused_qk_norm_rope(const torch::Tensor& x_in, const torch::Tensor&
               "float64 tensor on a CPU or CUDA device with an even h_d of at most ", kernels::kQkNormRopeMaxWidth,
               ", got ", x_in.sizes(), " ", x_in.scalar_type());
   TORCH_CHECK(weight.dim() == 1 && weight.size(0) == x_in.size(3), "fused_qk_norm_rope: weight must be [h_d]");
-  const std::vector<int64_t> table_shape{cos.size(0), 1, x_in.size(2), x_in.size(3)};
-  TORCH_CHECK(cos.sizes() == sin.sizes() && cos.sizes() == table_shape &&
-                  (cos.size(0) == 1 || cos.size(0) == x_in.size(0)) && cos.scalar_type() == torch::kFloat &&
-                  sin.scalar_type() == torch::kFloat,
-              "fused_qk_norm_rope: cos and sin must be [B or 1, 1, T, h_d] float32 for x of shape ", x_in.sizes());
-  TORCH_CHECK(x_in.device() == weight.device() && x_in.device() == cos.device() && x_in.device() == sin.device(),
-              "fused_qk_norm_rope: x, weight and the tables on one device");
+  check_rope_tables("fused_qk_norm_rope", x_in, cos, sin);
+  TORCH_CHECK(x_in.device() == weight.device(), "fused_qk_norm_rope: x and weight on one device");
   return FusedQkNormRopeFunction::apply(with_unit_last_stride(x_in), weight, eps, cos.contiguous(), sin.contiguous());
 }
 

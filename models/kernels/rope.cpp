@@ -87,13 +87,8 @@ torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos_in, co
   const auto dtype = x.scalar_type();
   TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kDouble,
               "fused_rope: x must be float32, bfloat16 or float64, got ", dtype);
-  const std::vector<int64_t> table_shape{cos_in.size(0), 1, x.size(2), x.size(3)};
-  TORCH_CHECK(cos_in.sizes() == sin_in.sizes() && cos_in.sizes() == table_shape &&
-                  (cos_in.size(0) == 1 || cos_in.size(0) == x.size(0)) && cos_in.scalar_type() == torch::kFloat &&
-                  sin_in.scalar_type() == torch::kFloat,
-              "fused_rope: cos and sin must be [B or 1, 1, T, h_d] float32 for x of shape ", x.sizes());
-  TORCH_CHECK(x.device() == cos_in.device() && x.device() == sin_in.device() && (x.is_cpu() || x.is_cuda()),
-              "fused_rope: x and the tables on one CPU or CUDA device");
+  check_rope_tables("fused_rope", x, cos_in, sin_in);
+  TORCH_CHECK(x.is_cpu() || x.is_cuda(), "fused_rope: x on a CPU or CUDA device");
 #ifndef INKSTONE_CUDA
   TORCH_CHECK(!x.is_cuda(), "fused_rope: this build has no CUDA kernels");
 #endif

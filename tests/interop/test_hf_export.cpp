@@ -12,6 +12,7 @@
 #include "dataset/prompt_format.h"
 #include "interop/hf_config.h"
 #include "interop/hf_weights.h"
+#include "models/block_registry.h"
 #include "models/language_model.h"
 #include "tests/cli_run.h"
 #include "tools/run_setup.h"
@@ -100,6 +101,33 @@ TEST(HfExport, RefusesFeaturesWithoutAnHfEquivalentByName) {
       EXPECT_NE(std::string(e.what()).find(feature), std::string::npos) << e.what();
     }
   }
+}
+
+// Every registered block part says whether a Hugging Face architecture has it; a part that does not is refused by
+// its description whichever letter it has, so a newly registered part cannot be exported by omission.
+TEST(HfExport, EveryBlockPartWithoutAnHfEquivalentIsRefused) {
+  const auto verdict = [](const std::function<void(ModelConfig&)>& change) -> std::string {
+    ModelConfig model = default_config().model;
+    change(model);
+    try {
+      hf_architecture_for(model);
+      return "";
+    } catch (const InputError& e) {
+      return e.what();
+    }
+  };
+  // Each kind in a pattern after a part Hugging Face has ("A" + letter, "D" + letter).
+  const auto check_kinds = [&](const auto& kinds, std::string ModelConfig::*pattern, const std::string& first) {
+    for (const auto& kind : kinds) {
+      const auto refusal = verdict([&](ModelConfig& m) { m.*pattern = first + kind.letter; });
+      if (kind.exportable_to_hf)
+        EXPECT_EQ(refusal, "") << kind.description;
+      else
+        EXPECT_NE(refusal.find(kind.description), std::string::npos) << refusal;
+    }
+  };
+  check_kinds(token_mixer_kinds(), &ModelConfig::mixer_pattern, "A");
+  check_kinds(feed_forward_kinds(), &ModelConfig::ffn_pattern, "D");
 }
 
 // The shapes export and import assume, against a model actually built from the same config.

@@ -1,0 +1,40 @@
+// docs/config.md is what `inkstone train --print-reference` writes from the schema and the registries: a key, a
+// default, an allowed value or a registered objective added in code without the document fails here.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <sstream>
+
+#include "config/config_schema.h"
+#include "objectives/objective.h"
+#include "tests/test_paths.h"
+#include "tools/config_reference.h"
+
+namespace inkstone {
+namespace {
+
+std::string read_file(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(ConfigReference, TheDocumentIsWhatTheCodeWrites) {
+  const auto document = testing::source_dir() / "docs" / "config.md";
+  ASSERT_TRUE(std::filesystem::exists(document)) << document;
+  EXPECT_EQ(read_file(document), config_reference_markdown())
+      << "docs/config.md is stale: regenerate it with `inkstone train --print-reference > docs/config.md`";
+}
+
+TEST(ConfigReference, ListsEveryKeyAndEveryRegisteredObjective) {
+  const std::string reference = config_reference_markdown();
+  for (const auto& field : config_schema())
+    EXPECT_NE(reference.find("| `" + field.key + "` |"), std::string::npos) << field.name();
+  for (const auto& name : registered_objective_names())
+    EXPECT_NE(reference.find("`" + name + "`"), std::string::npos) << name;
+  for (const char* rl : {"`gflowrl`", "`grpo`", "`flowrl`"}) EXPECT_NE(reference.find(rl), std::string::npos) << rl;
+}
+
+}  // namespace
+}  // namespace inkstone
