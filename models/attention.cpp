@@ -111,14 +111,12 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
   const auto heads_first = [&](const torch::Tensor& x, int64_t heads) {
     return per_head(x, heads, head_dim_).transpose(1, 2);
   };
-  torch::Tensor q, k;
+  auto q = heads_first(qkv[0], n_heads_), k = heads_first(qkv[1], n_kv_heads_);
   const bool norm_then_rope = !q_norm.is_empty() && !(conv && qkv_conv_after_norm_);
-  if (norm_then_rope && fused_qk_norm_rope_applies(heads_first(qkv[0], n_heads_))) {
+  if (norm_then_rope && fused_qk_norm_rope_applies(q)) {
     // QK-norm and RoPE in one pass per projection (models/kernels/qk_norm_rope.h).
-    q = fused_qk_norm_rope(heads_first(qkv[0], n_heads_), q_norm->weight, q_norm->eps(), context.rope.cos,
-                           context.rope.sin);
-    k = fused_qk_norm_rope(heads_first(qkv[1], n_kv_heads_), k_norm->weight, k_norm->eps(), context.rope.cos,
-                           context.rope.sin);
+    q = fused_qk_norm_rope(q, q_norm->weight, q_norm->eps(), context.rope.cos, context.rope.sin);
+    k = fused_qk_norm_rope(k, k_norm->weight, k_norm->eps(), context.rope.cos, context.rope.sin);
   } else {
     // QK-norm normalises each head over its h_d coordinates.
     if (!q_norm.is_empty()) {

@@ -67,7 +67,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
       at::parallel_for(0, shape.rows, 16, [&](int64_t begin, int64_t end) {
         for (int64_t i = begin; i < end; ++i) {
           const T* row = xp + i * shape.width;
-          const auto r = static_cast<Compute>(1.0 / std::sqrt(row_dot<Compute>(row, row, shape.width) / shape.width + eps));
+          const auto r = static_cast<Compute>(kernels::inverse_rms(row_dot<Compute>(row, row, shape.width), shape.width, eps));
           rp[i] = r;
           for (int64_t j = 0; j < shape.width; ++j) kernels::normalise_at(row, g, r, j, yp + i * shape.width);
         }
@@ -123,12 +123,7 @@ struct RmsNormFunction : public torch::autograd::Function<RmsNormFunction> {
 
 bool fused_kernel_applies(const torch::Tensor& x, const torch::Tensor& weight) {
   const auto type = x.scalar_type();
-#ifdef INKSTONE_CUDA
-  const bool device = x.is_cpu() || x.is_cuda();
-#else
-  const bool device = x.is_cpu();
-#endif
-  return device && x.numel() > 0 && type == weight.scalar_type() &&
+  return kernels_run_on(x) && x.numel() > 0 && type == weight.scalar_type() &&
          (type == torch::kFloat || type == torch::kDouble || type == torch::kBFloat16) && weight.is_contiguous();
 }
 

@@ -134,8 +134,7 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
     const auto& g = grad_outputs[0];
     const auto times_g = [&](const torch::Tensor& grad) { return grad.defined() ? grad * g : grad; };
     return {in_dtype_of(times_g(saved[0]), saved[2]), in_dtype_of(times_g(saved[1]), saved[3]), torch::Tensor(),
-            torch::Tensor(),
-            torch::Tensor()};
+            torch::Tensor(), torch::Tensor()};
   }
 };
 

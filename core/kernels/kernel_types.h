@@ -27,6 +27,15 @@ void visit_kernel_types(torch::ScalarType dtype, Visit visit) {
   }
 }
 
+// Whether the kernels run on t's device in this build: the CPU always, a CUDA GPU where the build has them.
+inline bool kernels_run_on(const torch::Tensor& t) {
+#ifdef INKSTONE_CUDA
+  return t.is_cpu() || t.is_cuda();
+#else
+  return t.is_cpu();
+#endif
+}
+
 // The compute precision's dtype for rows of `dtype`.
 inline torch::ScalarType kernel_compute_dtype(torch::ScalarType dtype) {
   return dtype == torch::kDouble ? torch::kDouble : torch::kFloat;

@@ -62,7 +62,8 @@ Normalised normalise_and_rotate(const torch::Tensor& x, const torch::Tensor& g, 
         const auto p = kernels::place_of(shape, row);
         const T* x_row = xp + kernels::offset(shape.x, p);
         const int64_t table = kernels::offset(shape.table, p);
-        const Compute r = kernels::inverse_rms(kernels::sum_of_squares_part(x_row, shape, 0, 1), shape);
+        const auto r = static_cast<Compute>(
+            kernels::inverse_rms(kernels::sum_of_squares_part(x_row, shape, 0, 1), shape.width(), shape.eps));
         kernels::norm_rope_pairs(x_row, gp, c + table, s + table, r, shape, 0, 1, yp + kernels::offset(shape.out, p));
         rp[row] = r;
       }
@@ -136,12 +137,7 @@ struct FusedQkNormRopeFunction : public torch::autograd::Function<FusedQkNormRop
 
 bool fused_qk_norm_rope_applies(const torch::Tensor& x) {
   const auto dtype = x.scalar_type();
-#ifdef INKSTONE_CUDA
-  const bool device = x.is_cpu() || x.is_cuda();
-#else
-  const bool device = x.is_cpu();
-#endif
-  return device && x.dim() == 4 && x.size(3) % 2 == 0 && x.size(3) <= kernels::kQkNormRopeMaxWidth &&
+  return kernels_run_on(x) && x.dim() == 4 && x.size(3) % 2 == 0 && x.size(3) <= kernels::kQkNormRopeMaxWidth &&
          (dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kDouble);
 }
 

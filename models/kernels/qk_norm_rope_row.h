@@ -9,9 +9,9 @@
 // and added up by the caller. float32 and bf16 rows are computed in float32 and rounded once at the store, float64
 // rows in float64.
 #pragma once
-#include <cmath>
 #include <cstdint>
 
+#include "models/kernels/rms_norm_row.h"
 #include "models/kernels/rope_row.h"
 
 namespace inkstone::kernels {
@@ -52,27 +52,6 @@ INKSTONE_HD auto sum_of_squares_part(const T* x, const QkNormRopeShape& shape, i
     sum += value * value;
   }
   return sum;
-}
-
-INKSTONE_HD inline float square_root(float value) {
-#ifdef __CUDA_ARCH__
-  return sqrtf(value);
-#else
-  return std::sqrt(value);
-#endif
-}
-INKSTONE_HD inline double square_root(double value) {
-#ifdef __CUDA_ARCH__
-  return ::sqrt(value);
-#else
-  return std::sqrt(value);
-#endif
-}
-
-template <typename Compute>
-INKSTONE_HD Compute inverse_rms(Compute sum_of_squares, const QkNormRopeShape& shape) {
-  return Compute(1) /
-         square_root(sum_of_squares / static_cast<Compute>(shape.width()) + static_cast<Compute>(shape.eps));
 }
 
 // y = R (x r ⊙ g) for this lane's pairs; g, cos, sin in the compute precision's table type (g) and float32.

@@ -21,7 +21,7 @@ __global__ void forward_kernel(const T* x, const T* g, RmsNormShape shape, T* y,
     double part = 0;
     for (int64_t j = threadIdx.x; j < shape.width; j += blockDim.x) part += square_of(x_row, j);
     const double total = block_sum(reduce, part);
-    const auto r = static_cast<Compute>(1.0 / sqrt(total / static_cast<double>(shape.width) + shape.eps));
+    const auto r = static_cast<Compute>(inverse_rms(total, shape.width, shape.eps));
     for (int64_t j = threadIdx.x; j < shape.width; j += blockDim.x) normalise_at(x_row, g, r, j, y + row * shape.width);
     if (threadIdx.x == 0) r_out[row] = r;
   }

@@ -6,6 +6,7 @@
 // sums on the CPU), so the two agree to rounding, not bit for bit. float32 and bf16 rows are computed in float32
 // and rounded once at the store; float64 rows in float64.
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "core/kernels/bf16_bits.h"
@@ -17,6 +18,11 @@ struct RmsNormShape {
   int64_t width = 0;  // D
   double eps = 0;
 };
+
+// r = (Σ x² / D + ε)^(−1/2), in double whatever the rows' precision (the QK-norm of qk_norm_rope_row.h too).
+INKSTONE_HD inline double inverse_rms(double sum_of_squares, int64_t width, double eps) {
+  return 1.0 / sqrt(sum_of_squares / static_cast<double>(width) + eps);
+}
 
 template <typename T>
 INKSTONE_HD auto square_of(const T* x, int64_t j) {

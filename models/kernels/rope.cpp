@@ -3,6 +3,7 @@
 #include <ATen/Parallel.h>
 #include <torch/torch.h>
 
+#include "core/kernels/kernel_types.h"
 #include "models/kernels/head_layout.h"
 #include "models/kernels/rope_row.h"
 
@@ -88,10 +89,7 @@ torch::Tensor fused_rope(const torch::Tensor& x, const torch::Tensor& cos_in, co
   TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kDouble,
               "fused_rope: x must be float32, bfloat16 or float64, got ", dtype);
   check_rope_tables("fused_rope", x, cos_in, sin_in);
-  TORCH_CHECK(x.is_cpu() || x.is_cuda(), "fused_rope: x on a CPU or CUDA device");
-#ifndef INKSTONE_CUDA
-  TORCH_CHECK(!x.is_cuda(), "fused_rope: this build has no CUDA kernels");
-#endif
+  TORCH_CHECK(kernels_run_on(x), "fused_rope: x on the CPU or, in a CUDA build, a CUDA device");
   return FusedRopeFunction::apply(x, cos_in.contiguous(), sin_in.contiguous());
 }
 

@@ -117,10 +117,7 @@ void check_gate_up(const torch::Tensor& gate_up) {
   const auto dtype = gate_up.scalar_type();
   TORCH_CHECK(dtype == torch::kFloat || dtype == torch::kBFloat16 || dtype == torch::kDouble,
               "fused_swiglu: gate_up must be float32, bfloat16 or float64, got ", dtype);
-  TORCH_CHECK(gate_up.is_cpu() || gate_up.is_cuda(), "fused_swiglu: gate_up on a CPU or CUDA device");
-#ifndef INKSTONE_CUDA
-  TORCH_CHECK(!gate_up.is_cuda(), "fused_swiglu: this build has no CUDA kernels");
-#endif
+  TORCH_CHECK(kernels_run_on(gate_up), "fused_swiglu: gate_up on the CPU or, in a CUDA build, a CUDA device");
 }
 
 }  // namespace
@@ -132,8 +129,9 @@ torch::Tensor fused_swiglu(const torch::Tensor& gate_up) {
 
 SwigluRowCode swiglu_row_code_on_cpu(const torch::Tensor& gate_up, const torch::Tensor& grad_hidden) {
   check_gate_up(gate_up);
-  TORCH_CHECK(gate_up.is_cpu() && grad_hidden.sizes() == hidden_like(gate_up).sizes() &&
-                  grad_hidden.scalar_type() == gate_up.scalar_type(),
+  auto hidden_sizes = gate_up.sizes().vec();
+  hidden_sizes.back() /= 2;
+  TORCH_CHECK(gate_up.is_cpu() && grad_hidden.sizes() == hidden_sizes && grad_hidden.scalar_type() == gate_up.scalar_type(),
               "swiglu_row_code_on_cpu: CPU gate_up [..., 2F] and a gradient [..., F] of its dtype");
   const auto rows = gate_up.contiguous();
   return {gated_by_row_code(rows), gate_up_gradient_by_row_code(rows, grad_hidden.contiguous())};
