@@ -62,8 +62,7 @@ Normalised normalise_and_rotate(const torch::Tensor& x, const torch::Tensor& g, 
         const auto p = kernels::place_of(shape, row);
         const T* x_row = xp + kernels::offset(shape.x, p);
         const int64_t table = kernels::offset(shape.table, p);
-        const auto r = static_cast<Compute>(
-            kernels::inverse_rms(kernels::sum_of_squares_part(x_row, shape, 0, 1), shape.width(), shape.eps));
+        const Compute r = kernels::inverse_rms(kernels::sum_of_squares_part(x_row, shape, 0, 1), shape.width(), shape.eps);
         kernels::norm_rope_pairs(x_row, gp, c + table, s + table, r, shape, 0, 1, yp + kernels::offset(shape.out, p));
         rp[row] = r;
       }

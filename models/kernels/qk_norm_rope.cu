@@ -31,8 +31,7 @@ __global__ void forward_kernel(const T* x, const Compute* g, const float* cos, c
     const RowPlace p = place_of(shape, row);
     const T* x_row = x + offset(shape.x, p);
     const int64_t table = offset(shape.table, p);
-    const auto r = static_cast<Compute>(
-        inverse_rms(warp_sum(sum_of_squares_part(x_row, shape, lane, kLanes)), shape.width(), shape.eps));
+    const Compute r = inverse_rms(warp_sum(sum_of_squares_part(x_row, shape, lane, kLanes)), shape.width(), shape.eps);
     norm_rope_pairs(x_row, g, cos + table, sin + table, r, shape, lane, kLanes, y + offset(shape.out, p));
     if (lane == 0) r_out[row] = r;
   }

@@ -19,9 +19,26 @@ struct RmsNormShape {
   double eps = 0;
 };
 
-// r = (Σ x² / D + ε)^(−1/2), in double whatever the rows' precision (the QK-norm of qk_norm_rope_row.h too).
-INKSTONE_HD inline double inverse_rms(double sum_of_squares, int64_t width, double eps) {
-  return 1.0 / sqrt(sum_of_squares / static_cast<double>(width) + eps);
+INKSTONE_HD inline float square_root(float value) {
+#ifdef __CUDA_ARCH__
+  return sqrtf(value);
+#else
+  return std::sqrt(value);
+#endif
+}
+INKSTONE_HD inline double square_root(double value) {
+#ifdef __CUDA_ARCH__
+  return ::sqrt(value);
+#else
+  return std::sqrt(value);
+#endif
+}
+
+// r = (Σ x² / D + ε)^(−1/2) in the precision of the sum: double for RMSNorm's rows, the rows' compute precision
+// for the QK-norm of qk_norm_rope_row.h.
+template <typename Compute>
+INKSTONE_HD Compute inverse_rms(Compute sum_of_squares, int64_t width, double eps) {
+  return Compute(1) / square_root(sum_of_squares / static_cast<Compute>(width) + static_cast<Compute>(eps));
 }
 
 template <typename T>
