@@ -154,23 +154,27 @@ using CollectiveBackend = c10d::Backend;
 using CollectiveBackend = c10d::ProcessGroup;
 #endif
 
-// libtorch's multi-tensor fused AdamW kernel (aten::_fused_adamw_, 2.x; CUDA): one launch per parameter group in
-// place of about ten per parameter. 1.13 has none (kHasFusedAdamW false), and its callers take the per-parameter
-// step. steps: float32 0-d tensors on the parameters' device, already counting this step.
-#if INKSTONE_TORCH_AT_LEAST(2, 0)
-constexpr bool kHasFusedAdamW = true;
-#else
-constexpr bool kHasFusedAdamW = false;
-#endif
+// libtorch's multi-tensor fused AdamW kernel (aten::_fused_adamw_): one launch per parameter group in place of
+// about ten per parameter. 2.1+ on CUDA, 2.4+ on the CPU too; 1.13 has none, and its callers take the
+// per-parameter step. steps: float32 0-d tensors on the parameters' device, already counting this step. skip
+// (undefined: none): a 0-d float32 tensor on that device, 1 or 0; at 1 the kernel leaves weights and moments
+// untouched and the step counts are taken back, all on the device, so that the host never has to read it.
+inline bool has_fused_adamw(torch::DeviceType device) {
+  if (device == torch::kCUDA) return INKSTONE_TORCH_AT_LEAST(2, 1);
+  if (device == torch::kCPU) return INKSTONE_TORCH_AT_LEAST(2, 4);
+  return false;
+}
 inline void fused_adamw(const std::vector<torch::Tensor>& params, const std::vector<torch::Tensor>& grads,
                         const std::vector<torch::Tensor>& exp_avgs, const std::vector<torch::Tensor>& exp_avg_sqs,
                         const std::vector<torch::Tensor>& steps, double lr, double beta1, double beta2,
-                        double weight_decay, double eps) {
-#if INKSTONE_TORCH_AT_LEAST(2, 0)
+                        double weight_decay, double eps, const torch::Tensor& skip) {
+#if INKSTONE_TORCH_AT_LEAST(2, 1)
+  const std::optional<torch::Tensor> found_inf = skip.defined() ? std::optional<torch::Tensor>(skip) : std::nullopt;
   at::_fused_adamw_(params, grads, exp_avgs, exp_avg_sqs, {}, steps, lr, beta1, beta2, weight_decay, eps,
-                    /*amsgrad=*/false, /*maximize=*/false);
+                    /*amsgrad=*/false, /*maximize=*/false, /*grad_scale=*/std::nullopt, found_inf);
+  if (skip.defined()) at::_foreach_add_(steps, skip, /*alpha=*/-1);
 #else
-  TORCH_CHECK(false, "this libtorch has no fused AdamW kernel");
+  TORCH_CHECK(false, "this libtorch has no fused AdamW kernel with an on-device skip");
 #endif
 }
 

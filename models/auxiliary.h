@@ -51,7 +51,10 @@ class AuxiliarySource {
   // What after_optimizer_step() reads that each data-parallel rank counted over its own rows (e.g. expert loads):
   // the trainer sums these tensors over the ranks, in place, before the call, so every rank updates alike.
   virtual std::vector<torch::Tensor> rank_statistics() { return {}; }
-  virtual void after_optimizer_step() {}
+  // After every optimizer update, taken or skipped. `applied`: a 0-d float32 tensor on the model's device, 1 where
+  // the optimizer took the step and 0 where it skipped it; the trainer may decide that on the device
+  // (docs/training.md, "A step without host synchronisation"), so an update must depend on it without reading it.
+  virtual void after_optimizer_step(const torch::Tensor& applied) { (void)applied; }
 };
 
 // Over every AuxiliarySource inside `model`: losses summed, metrics merged (a name several layers report is
@@ -79,9 +82,9 @@ inline std::vector<torch::Tensor> rank_statistics(torch::nn::Module& model) {
   return statistics;
 }
 
-inline void after_optimizer_step(torch::nn::Module& model) {
+inline void after_optimizer_step(torch::nn::Module& model, const torch::Tensor& applied) {
   for (const auto& module : model.modules())
-    if (auto* source = dynamic_cast<AuxiliarySource*>(module.get())) source->after_optimizer_step();
+    if (auto* source = dynamic_cast<AuxiliarySource*>(module.get())) source->after_optimizer_step(applied);
 }
 
 }  // namespace inkstone

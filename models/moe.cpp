@@ -131,11 +131,13 @@ AuxiliaryOutputs MoEImpl::take_auxiliary() { return std::exchange(latest_, Auxil
 std::vector<torch::Tensor> MoEImpl::rank_statistics() { return {load_since_update_}; }
 
 // A step without routed tokens has load 0 everywhere, so sign(0 − 0) = 0 leaves the bias (no host sync needed).
-void MoEImpl::after_optimizer_step() {
+// A skipped update moves no bias, and its loads go with it: the next update balances on its own batch.
+void MoEImpl::after_optimizer_step(const torch::Tensor& applied) {
   if (bias_update_rate_ > 0) {
     torch::NoGradGuard no_grad;
     const auto above_mean = (load_since_update_ - load_since_update_.mean()).sign();
-    selection_bias.sub_(bias_update_rate_ * above_mean.to(selection_bias.device(), selection_bias.scalar_type()));
+    const auto step = above_mean.to(selection_bias.device(), torch::kFloat) * applied.to(selection_bias.device());
+    selection_bias.sub_(bias_update_rate_ * step.to(selection_bias.scalar_type()));
   }
   load_since_update_.zero_();
 }

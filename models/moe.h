@@ -41,7 +41,7 @@ class MoEImpl : public FeedForward, public AuxiliarySource {
 
   AuxiliaryOutputs take_auxiliary() override;
   std::vector<torch::Tensor> rank_statistics() override;  // the expert load since the last step
-  void after_optimizer_step() override;
+  void after_optimizer_step(const torch::Tensor& applied) override;
 
   // Parameters of one routed expert; a token uses top_k of num_experts of them.
   int64_t expert_numel() const { return expert_numel_; }

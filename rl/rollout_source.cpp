@@ -218,7 +218,7 @@ RolloutSource::Updates RolloutSource::update(TrainingSession& session, const Bat
       u.lr = session.learning_rate(optimizer_steps_++, total_optimizer_steps);
       const Batch mini =
           select_groups(rollouts, group_order, m * groups_per_mini_batch, groups_per_mini_batch, rl_.group_size);
-      const UpdateResult update = session.update({mini}, u.lr, step);
+      const UpdateResult update = session.update({mini}, u.lr, step, Settle::now).back();  // rollouts wait anyway
       if (!update.applied) continue;
       losses.push_back(update.loss);
       norms.push_back(update.grad_norm);

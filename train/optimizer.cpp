@@ -26,7 +26,7 @@ ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std
   return groups;
 }
 
-std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& o) {
+std::unique_ptr<AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& o) {
   auto options = [&](double weight_decay) {
     return std::make_unique<torch::optim::AdamWOptions>(torch::optim::AdamWOptions(o.learning_rate)
                                                             .betas({o.beta1, o.beta2})
@@ -75,8 +75,26 @@ torch::Tensor all_finite(const std::vector<torch::Tensor>& parameters) {
 }
 
 torch::Tensor AdamW::step(LossClosure closure) {
-  if (!fused_step_applies()) return torch::optim::AdamW::step(std::move(closure));
+  if (!runs_fused_kernel()) return torch::optim::AdamW::step(std::move(closure));
+  fused_step({});
+  return {};
+}
+
+std::vector<torch::Tensor> AdamW::step_unless(const torch::Tensor& skip) {
+  TORCH_CHECK(runs_fused_kernel(), "AdamW::step_unless needs the fused step (AdamW::runs_fused_kernel)");
+  return fused_step(skip);
+}
+
+void AdamW::uncount(const std::vector<torch::Tensor>& counted) {
+  for (const auto& p : counted) {
+    auto& s = static_cast<torch::optim::AdamWParamState&>(*state().at(compat::optimizer_state_key(p)));
+    s.step(s.step() - 1);
+  }
+}
+
+std::vector<torch::Tensor> AdamW::fused_step(const torch::Tensor& skip) {
   torch::NoGradGuard no_grad;
+  std::vector<torch::Tensor> counted;
   for (auto& group : param_groups()) {
     const auto& o = static_cast<const torch::optim::AdamWOptions&>(group.options());
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
@@ -99,23 +117,24 @@ torch::Tensor AdamW::step(LossClosure closure) {
     }
     if (params.empty()) continue;
     const auto [beta1, beta2] = o.betas();
-    compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps());
+    compat::fused_adamw(params, grads, exp_avgs, exp_avg_sqs, steps, o.lr(), beta1, beta2, o.weight_decay(), o.eps(),
+                        skip);
+    counted.insert(counted.end(), params.begin(), params.end());
   }
-  return {};
+  return counted;
 }
 
-bool AdamW::fused_step_applies() const {
-  if (!compat::kHasFusedAdamW) return false;
+bool AdamW::runs_fused_kernel() const {
   for (const auto& group : param_groups()) {
     if (static_cast<const torch::optim::AdamWOptions&>(group.options()).amsgrad()) return false;
     for (const auto& p : group.params())
-      if (!p.is_cuda() || p.scalar_type() != torch::kFloat) return false;
+      if (!compat::has_fused_adamw(p.device().type()) || p.scalar_type() != torch::kFloat) return false;
   }
   return true;
 }
 
 // The fused kernel reads the step count from a device tensor; it mirrors the host count, which checkpoints keep,
-// and is rebuilt from it whenever the two could differ (a fresh parameter, a resumed state).
+// and is rebuilt from it whenever the two could differ (a fresh parameter, a resumed state, a skip taken back).
 torch::Tensor AdamW::device_step(const torch::Tensor& p, int64_t step) {
   auto& [count, tensor] = device_steps_[p.unsafeGetTensorImpl()];
   if (!tensor.defined() || count != step - 1) {

@@ -23,21 +23,31 @@ struct ParameterGroups {
 };
 ParameterGroups split_parameter_groups(const torch::nn::Module& model, const std::vector<std::string>& no_decay);
 
-// libtorch's AdamW (its state, checkpoints and CPU step unchanged), whose step on CUDA float32 parameters is the
-// multi-tensor fused kernel where libtorch has it (compat::fused_adamw): the same update, one launch per group.
+// libtorch's AdamW (its state and checkpoints unchanged), whose step on float32 parameters is the multi-tensor
+// fused kernel where libtorch has it for their device (compat::fused_adamw): the same update, one launch per
+// group. The fused step can also take the step-or-skip decision on the device (docs/training.md, "A step without
+// host synchronisation").
 class AdamW : public torch::optim::AdamW {
  public:
   using torch::optim::AdamW::AdamW;
   torch::Tensor step(LossClosure closure = nullptr) override;
 
+  // Whether the step is the fused kernel (every parameter float32, on a device that has it); step_unless needs it.
+  bool runs_fused_kernel() const;
+  // The step, skipped on the device where `skip` (0-d float32 on the parameters' device, 1 or 0) is 1: weights,
+  // moments and the device step counts stay. The host step counts (which checkpoints keep) advance either way;
+  // returns the parameters they advanced for, which uncount() takes back once the host learns of a skip.
+  std::vector<torch::Tensor> step_unless(const torch::Tensor& skip);
+  void uncount(const std::vector<torch::Tensor>& counted);
+
  private:
-  bool fused_step_applies() const;
+  std::vector<torch::Tensor> fused_step(const torch::Tensor& skip);
   torch::Tensor device_step(const torch::Tensor& p, int64_t step);
   std::unordered_map<const void*, std::pair<int64_t, torch::Tensor>> device_steps_;  // host count, device copy
 };
 
 // Group 0 decays, group 1 does not (when non-empty).
-std::unique_ptr<torch::optim::AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& optim);
+std::unique_ptr<AdamW> make_adamw(const ParameterGroups& groups, const OptimConfig& optim);
 void set_learning_rate(torch::optim::Optimizer& optimizer, double lr);
 
 // Scales gradients so their global L2 norm is at most max_norm (0: no clipping) and returns the pre-clip norm

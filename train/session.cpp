@@ -32,12 +32,13 @@ void print_above_progress(const std::string& message) {
 
 // The model's own updates after an optimizer step (models/auxiliary.h), from statistics summed over the ranks
 // first, so that every rank updates alike (e.g. MoE's router bias from the global expert load).
-void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& distributed) {
+void after_optimizer_step_on_all_ranks(LanguageModelImpl& model, Distributed& distributed,
+                                       const torch::Tensor& applied) {
   if (distributed.active()) {
     auto statistics = rank_statistics(model);
     if (!statistics.empty()) distributed.all_reduce(statistics, ReduceOp::sum);
   }
-  after_optimizer_step(model);
+  after_optimizer_step(model, applied);
 }
 
 // Peak resident memory of this process (rank 0's) so far; the most bytes of CPU tensors alive at once since the
@@ -110,6 +111,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
     groups = masters_->optimized(groups);
   }
   optimizer_ = make_adamw(groups, config_.optim);
+  decides_on_device_ = optimizer_->runs_fused_kernel() && !spike_guard_.enabled();
 
   if (distributed_->active()) {
     // Each rank draws its own noise (diffusion times, dropout); rank 0 keeps the single-process stream.
@@ -214,52 +216,125 @@ void TrainingSession::add_utilisation(nlohmann::json& line, double model_flops_p
   if (peak_tflops_) line["mfu"] = per_device_tflops / *peak_tflops_;
 }
 
-UpdateResult TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step) {
+std::vector<UpdateResult> TrainingSession::update(const std::vector<Batch>& micro_batches, double lr, int64_t step,
+                                                  Settle settle) {
+  if (!decides_on_device_) return {update_deciding_on_host(micro_batches, lr, step)};
+  queue_update_deciding_on_device(micro_batches, lr, step);
+  return settle_pending(settle == Settle::now ? 0 : 1);
+}
+
+std::vector<UpdateResult> TrainingSession::settle_updates() { return settle_pending(0); }
+
+TrainingSession::Gradients TrainingSession::accumulate(const std::vector<Batch>& micro_batches, double lr) {
   set_learning_rate(*optimizer_, lr);
   optimizer_->zero_grad();
-  if (masters_)  // the model's own gradients (an update skipped for a non-finite value leaves them)
+  if (masters_)  // the model's own gradients (an update skipped on the host leaves them)
     for (auto& p : parameters_) p.mutable_grad().reset();
   if (zero_) zero_->drop_foreign_gradients();
-  UpdateResult u;
-  u.sums = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast_, synchroniser_.get());
-  const torch::Tensor grad_norm = zero_ ? zero_->clip_grad_norm(config_.optim.grad_clip)
-                                        : clip_grad_norm(parameters_, config_.optim.grad_clip);
-  // The step-or-skip decision needs these on the host, and the previous update's finiteness rides along: one
-  // transfer (one device sync) per update.
-  const auto host = torch::stack({u.sums.loss_sum.to(torch::kDouble), u.sums.count.to(torch::kDouble),
-                                  grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)})
-                        .cpu();
-  if (host[3].item<double>() == 0.0) throw non_finite_update(step);
-  u.units = host[1].item<double>();
-  u.loss = host[0].item<double>() / std::max(u.units, 1.0);
-  u.grad_norm = host[2].item<double>();
+  Gradients g;
+  g.sums = accumulate_gradients(*objective_, *model_, micro_batches, optimized_, autocast_, synchroniser_.get());
+  g.grad_norm = zero_ ? zero_->clip_grad_norm(config_.optim.grad_clip)
+                      : clip_grad_norm(parameters_, config_.optim.grad_clip);
+  return g;
+}
+
+std::vector<torch::Tensor> TrainingSession::take_step(const torch::Tensor& skip) {
+  if (masters_) masters_->take_gradients();
+  std::vector<torch::Tensor> counted;
+  if (skip.defined()) {
+    counted = optimizer_->step_unless(skip);
+  } else {
+    optimizer_->step();
+  }
+  if (masters_) masters_->write_back();
+  if (zero_) zero_->share_updated_parameters();
+  const auto applied = skip.defined() ? 1 - skip : torch::ones({}, torch::TensorOptions().device(device_));
+  after_optimizer_step_on_all_ranks(*model_, *distributed_, applied);
+  weights_finite_ = zero_ ? zero_->all_weights_finite() : all_finite(parameters_);
+  return counted;
+}
+
+bool TrainingSession::judge(const UpdateResult& u) {
   if (!std::isfinite(u.loss) || !std::isfinite(u.grad_norm)) {
-    skip_update(step, {{"event", "skipped_non_finite"}, {"loss", u.loss}, {"grad_norm", u.grad_norm}},
+    skip_update(u.step, {{"event", "skipped_non_finite"}, {"loss", u.loss}, {"grad_norm", u.grad_norm}},
                 "a non-finite loss or gradient");
-    return u;
+    return false;
   }
   // A batch without units (e.g. GFlowRL's filter removed every group) has no signal: no step, so weight decay
   // and stale moments do not move the weights.
   if (u.units == 0) {
     bad_in_a_row_ = 0;
-    return u;
+    return false;
   }
   if (const SpikeVerdict spike = spike_guard_.check(u.loss, u.grad_norm); spike.skip) {
-    skip_update(step,
+    skip_update(u.step,
                 {{"event", "skipped_spike"}, {"loss", u.loss}, {"grad_norm", u.grad_norm}, {"loss_z", spike.loss_z},
                  {"grad_z", spike.grad_z}},
                 "a loss or gradient-norm spike");
-    return u;
+    return false;
   }
   bad_in_a_row_ = 0;
-  if (masters_) masters_->take_gradients();
-  optimizer_->step();
-  if (masters_) masters_->write_back();
-  if (zero_) zero_->share_updated_parameters();
-  after_optimizer_step_on_all_ranks(*model_, *distributed_);
-  weights_finite_ = zero_ ? zero_->all_weights_finite() : all_finite(parameters_);
-  u.applied = true;
+  return true;
+}
+
+UpdateResult TrainingSession::update_deciding_on_host(const std::vector<Batch>& micro_batches, double lr,
+                                                      int64_t step) {
+  Gradients g = accumulate(micro_batches, lr);
+  // The decision needs these on the host, and the previous update's finiteness rides along: one transfer (one
+  // device sync) per update.
+  const auto host = torch::stack({g.sums.loss_sum.to(torch::kDouble), g.sums.count.to(torch::kDouble),
+                                  g.grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)})
+                        .cpu();
+  const double* figures = host.data_ptr<double>();
+  if (figures[3] == 0.0) throw non_finite_update(step);
+  UpdateResult u;
+  u.step = step;
+  u.units = figures[1];
+  u.loss = figures[0] / std::max(u.units, 1.0);
+  u.grad_norm = figures[2];
+  u.sums = std::move(g.sums);
+  u.applied = judge(u);
+  if (u.applied) {
+    take_step({});
+  } else {
+    // The model's own updates see the skip too (e.g. MoE drops the skipped batch's expert loads).
+    after_optimizer_step_on_all_ranks(*model_, *distributed_, torch::zeros({}, torch::TensorOptions().device(device_)));
+  }
   return u;
+}
+
+// The host's rule as a tensor expression: the step is skipped where the loss or the gradient norm is not finite or
+// the batch has no units; the kernel then leaves weights and moments (docs/training.md, "A step without host
+// synchronisation"). The figures follow in a non-blocking copy, judged by the host when they arrive.
+void TrainingSession::queue_update_deciding_on_device(const std::vector<Batch>& micro_batches, double lr,
+                                                      int64_t step) {
+  Gradients g = accumulate(micro_batches, lr);
+  const auto step_taken = g.sums.loss_sum.isfinite().logical_and(g.grad_norm.isfinite()).logical_and(g.sums.count > 0);
+  const auto skip = step_taken.logical_not().to(torch::kFloat);
+  std::vector<torch::Tensor> counted = take_step(skip);
+  const auto figures = torch::stack({g.sums.loss_sum.to(torch::kDouble), g.sums.count.to(torch::kDouble),
+                                     g.grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)});
+  pending_.push_back({step, std::move(g.sums), HostCopy(figures), std::move(counted)});
+}
+
+std::vector<UpdateResult> TrainingSession::settle_pending(size_t keep) {
+  std::vector<UpdateResult> settled;
+  while (pending_.size() > keep) {
+    PendingUpdate p = std::move(pending_.front());
+    pending_.pop_front();
+    const double* figures = p.figures.values().data_ptr<double>();
+    if (figures[3] == 0.0) throw non_finite_update(p.step + 1);
+    UpdateResult u;
+    u.step = p.step;
+    u.units = figures[1];
+    u.loss = figures[0] / std::max(u.units, 1.0);
+    u.grad_norm = figures[2];
+    u.sums = std::move(p.sums);
+    u.applied = judge(u);
+    if (!u.applied) optimizer_->uncount(p.counted);
+    settled.push_back(std::move(u));
+  }
+  return settled;
 }
 
 void TrainingSession::skip_update(int64_t step, nlohmann::json line, const std::string& why) {
@@ -359,15 +434,17 @@ TrainResult TrainingSession::run(StepSource& source) {
       if (progress) progress->update(done - first_step, report.progress);
     }
     const bool last = done == train.steps;
-    if (sample_texts_ && config_.metrics.sample_interval > 0 && done % config_.metrics.sample_interval == 0)
-      log_samples(done);
-    if ((train.eval_interval > 0 && done % train.eval_interval == 0) || last) {
+    const bool samples = sample_texts_ && config_.metrics.sample_interval > 0 && done % config_.metrics.sample_interval == 0;
+    const bool evaluates = (train.eval_interval > 0 && done % train.eval_interval == 0) || last;
+    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
+    const bool saves = (train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal;
+    if (samples || evaluates || saves) source.settle(*this);  // every step done is judged before it is looked at
+    if (samples) log_samples(done);
+    if (evaluates) {
       auto metrics = evaluate(done);
       if (last) result.final_eval = metrics;
     }
-    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
-    if ((train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal)
-      result.last_checkpoint = save(source);
+    if (saves) result.last_checkpoint = save(source);
     if (stop_signal) {
       result.stop_signal = stop_signal;
       break;

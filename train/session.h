@@ -6,6 +6,7 @@
 #pragma once
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -20,6 +21,7 @@
 #include "checkpoint/module_weights.h"
 #include "config/config.h"
 #include "core/errors.h"
+#include "core/host_copy.h"
 #include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
@@ -78,6 +80,9 @@ class StepSource {
   virtual EvalReport evaluate(TrainingSession& session) = 0;
   // Whether the untrained model is evaluated before the first step (the RL baseline).
   virtual bool evaluates_before_training() const { return false; }
+  // Takes in the updates whose figures are still on their way to the host (TrainingSession::settle_updates): the
+  // session calls it before it evaluates, samples or checkpoints, so that the counters are those of every step done.
+  virtual void settle(TrainingSession& session) { (void)session; }
   // The source's own counters, saved in the checkpoint's state and restored from it.
   virtual nlohmann::json checkpoint_state() const = 0;
   virtual void restore(const CheckpointData& checkpoint) = 0;
@@ -85,16 +90,25 @@ class StepSource {
 
 // One optimizer update: its loss, gradient norm and unit count, and whether the step was taken.
 struct UpdateResult {
-  bool applied = false;  // false: skipped (non-finite loss or gradient) or empty (no units)
+  int64_t step = 0;      // the training step it belongs to (0-based)
+  bool applied = false;  // false: skipped (non-finite loss or gradient, a spike) or empty (no units)
   double loss = 0;       // mean over units
   double grad_norm = 0;  // before clipping
   double units = 0;
   AccumulatedStep sums;
 };
 
-// The error for an optimizer update (the update of step `step` + 1) that left a weight NaN or inf; found with the
-// next step's host transfer, so the run ends before that update can reach a checkpoint (exit 1).
+// The error for an optimizer update (the update of step `step` + 1) that left a weight NaN or inf; found when its
+// figures reach the host, before that update can reach a checkpoint, so the run ends with the last one intact
+// (exit 1).
 NonFiniteError non_finite_update(int64_t step);
+
+// When an update's figures (loss, gradient norm, units, finiteness) are read on the host.
+enum class Settle {
+  now,    // at once: the host waits for the device to finish the update
+  later,  // where the session decides on the device (TrainingSession::decides_on_device), by a later call, so that
+          // the host never waits for the step it has just queued; otherwise at once
+};
 
 class TrainingSession {
  public:
@@ -113,9 +127,18 @@ class TrainingSession {
   TrainResult run(StepSource& source);
 
   // Zeroes the gradients, accumulates them over `micro_batches` at learning rate `lr`, clips, and steps unless
-  // the loss or gradient is non-finite (counted, logged, fatal after train.max_bad_steps in a row) or the batch
-  // has no units. `step` is the training step the update belongs to (for messages). Only during run().
-  UpdateResult update(const std::vector<Batch>& micro_batches, double lr, int64_t step);
+  // the loss or gradient is non-finite (counted, logged, fatal after train.max_bad_steps in a row), a spike
+  // (train.spike_*) or the batch has no units. `step` is the training step the update belongs to. Returns the
+  // updates whose figures reached the host in this call, oldest first: this one with Settle::now or where the
+  // decision is taken on the host; with Settle::later and decides_on_device(), the ones before it. Only during
+  // run().
+  std::vector<UpdateResult> update(const std::vector<Batch>& micro_batches, double lr, int64_t step, Settle settle);
+  // The updates whose figures are still on their way, oldest first, read now.
+  std::vector<UpdateResult> settle_updates();
+  // Whether the step-or-skip decision is taken on the device, so that update(Settle::later) never waits for the
+  // device (docs/training.md, "A step without host synchronisation"): where AdamW runs its fused kernel and no
+  // spike guard needs the figures before the step.
+  bool decides_on_device() const { return decides_on_device_; }
   // What run() samples every metrics.sample_interval steps into the metrics (split "samples").
   void set_sample_texts(SampleTexts sample_texts) { sample_texts_ = std::move(sample_texts); }
   // The learning rate of optimizer step `k` of `total` (optim.learning_rate under the schedule).
@@ -144,8 +167,32 @@ class TrainingSession {
   void log_samples(int64_t step);
   // tflops_per_s and mfu for a line whose step window trained at `model_flops_per_s` over all ranks.
   void add_utilisation(nlohmann::json& line, double model_flops_per_s) const;
+  // An update whose figures are still on their way to the host.
+  struct PendingUpdate {
+    int64_t step;
+    AccumulatedStep sums;
+    HostCopy figures;                    // loss sum, units, gradient norm, weights finite after it (1 or 0)
+    std::vector<torch::Tensor> counted;  // the parameters whose host step count the update advanced
+  };
+  // The update's first half on either side: zeroed gradients, accumulated over the micro-batches, clipped.
+  struct Gradients {
+    AccumulatedStep sums;
+    torch::Tensor grad_norm;  // 0-d, before clipping
+  };
+  Gradients accumulate(const std::vector<Batch>& micro_batches, double lr);
+  UpdateResult update_deciding_on_host(const std::vector<Batch>& micro_batches, double lr, int64_t step);
+  void queue_update_deciding_on_device(const std::vector<Batch>& micro_batches, double lr, int64_t step);
+  // Reads the oldest pending updates until at most `keep` remain.
+  std::vector<UpdateResult> settle_pending(size_t keep);
+  // The host's verdict on an update from its figures: whether to step; a skip is counted and logged, and
+  // train.max_bad_steps in a row stop the run. On the device the same rule is a tensor expression
+  // (queue_update_deciding_on_device), with no spike guard.
+  bool judge(const UpdateResult& u);
   // Counts and logs a skipped update (`line` says why); train.max_bad_steps in a row stop the run.
   void skip_update(int64_t step, nlohmann::json line, const std::string& why);
+  // The optimizer step proper, after the gradients are clipped: master weights, ZeRO's exchange, the model's own
+  // updates (models/auxiliary.h); skip: undefined (the host decided to step) or the device's 0-d verdict.
+  std::vector<torch::Tensor> take_step(const torch::Tensor& skip);
 
   Config config_;
   LanguageModel model_;
@@ -159,7 +206,9 @@ class TrainingSession {
   NamedTensors stepped_;  // what this rank's optimizer updates: optimized_, or with ZeRO this rank's shard of it
   std::optional<MasterWeights> masters_;  // run.param_dtype = bf16: the fp32 tensors the optimizer steps instead
   bool masters_restored_ = false;         // from a checkpoint (else taken from the starting weights in run())
-  std::unique_ptr<torch::optim::AdamW> optimizer_;
+  std::unique_ptr<AdamW> optimizer_;
+  bool decides_on_device_ = false;
+  std::deque<PendingUpdate> pending_;
   std::shared_ptr<Distributed> distributed_;
   std::unique_ptr<GradientSynchroniser> synchroniser_;  // only in a data-parallel run
   std::unique_ptr<ZeroSharding> zero_;                  // only with distributed.zero_stage > 0 and several ranks
@@ -169,7 +218,7 @@ class TrainingSession {
   SampleTexts sample_texts_;
   std::optional<double> peak_tflops_;                   // the mfu denominator, where known
   SpikeGuard spike_guard_;
-  torch::Tensor weights_finite_;  // after the latest update; read with the next update's host transfer
+  torch::Tensor weights_finite_;  // deciding on the host: after the latest update, read with the next one's figures
   int64_t step_ = 0;
   int64_t skipped_updates_ = 0;
   int64_t bad_in_a_row_ = 0;

@@ -94,40 +94,36 @@ TokenBatch WindowSource::take_batch(int64_t step, int64_t rows) {
   return batch;
 }
 
+// Between log lines the figures of an update are read one update late (Settle::later), so the host queues the
+// next step while the device runs this one; a step that closes a log window reads every figure up to its own.
 StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   const auto started = std::chrono::steady_clock::now();
   const int64_t rank_batch = train_.batch_size / world_size_;
   const int64_t micro_batch = rank_batch / train_.grad_accum;
-  const int64_t tokens_per_step = train_.batch_size * seq_len_;
   const double lr = session.learning_rate(step, train_.steps);
+  const int64_t done = step + 1;
+  const bool closes_window = done % train_.log_interval == 0 || done == train_.steps;
 
   TokenBatch batch = take_batch(step, rank_batch);
   if (injection_.due(step)) batch = injection_.apply(std::move(batch), rank_);
   std::vector<Batch> micro_batches;
   for (int64_t m = 0; m < train_.grad_accum; ++m)
     micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
-  const UpdateResult u = session.update(micro_batches, lr, step);
-  const int64_t done = step + 1;
-  if (u.applied) {
-    tokens_seen_ += tokens_per_step;
-    window_tokens_ += tokens_per_step;
-    window_loss_ += u.loss;
-    ++window_steps_;
-    if (on_step) on_step(done, u.loss);
-  }
+  for (UpdateResult& u : session.update(micro_batches, lr, step, closes_window ? Settle::now : Settle::later))
+    count(std::move(u));
 
   window_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
   StepReport report;
-  if (window_steps_ == 0 || (done % train_.log_interval != 0 && done != train_.steps)) return report;
+  if (window_steps_ == 0 || !closes_window) return report;
   nlohmann::json line = {{"tokens_seen", tokens_seen_},
                          {"loss", window_loss_ / static_cast<double>(window_steps_)},
                          {"lr", lr},
-                         {"grad_norm", u.grad_norm},
+                         {"grad_norm", latest_.grad_norm},
                          {"tokens_per_s", static_cast<double>(window_tokens_) / std::max(window_seconds_, 1e-9)}};
-  const double units = std::max(u.units, 1.0);
-  for (auto& [name, value] : u.sums.metric_sums) line[name] = value.item<double>() / units;
-  for (auto& [name, value] : u.sums.metric_mins) line[name] = value.item<double>();
-  for (auto& [name, value] : u.sums.metric_maxes) line[name] = value.item<double>();
+  const double units = std::max(latest_.units, 1.0);
+  for (auto& [name, value] : latest_.sums.metric_sums) line[name] = value.item<double>() / units;
+  for (auto& [name, value] : latest_.sums.metric_mins) line[name] = value.item<double>();
+  for (auto& [name, value] : latest_.sums.metric_maxes) line[name] = value.item<double>();
   report.progress = fmt::format("step {}/{}  loss {:.4f}  {:.0f} tok/s", done, train_.steps,
                                 line["loss"].get<double>(), line["tokens_per_s"].get<double>());
   report.model_flops_per_s =
@@ -138,6 +134,22 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   window_loss_ = 0;
   window_steps_ = 0;
   return report;
+}
+
+void WindowSource::settle(TrainingSession& session) {
+  for (UpdateResult& u : session.settle_updates()) count(std::move(u));
+}
+
+void WindowSource::count(UpdateResult u) {
+  if (u.applied) {
+    const int64_t tokens_per_step = train_.batch_size * seq_len_;
+    tokens_seen_ += tokens_per_step;
+    window_tokens_ += tokens_per_step;
+    window_loss_ += u.loss;
+    ++window_steps_;
+    if (on_step) on_step(u.step + 1, u.loss);
+  }
+  latest_ = std::move(u);
 }
 
 // Each rank scores its share of the batches (docs/training.md, "Sharded validation") and the totals are summed

@@ -49,6 +49,7 @@ class WindowSource : public StepSource {
 
   std::string name() const override { return "train"; }
   StepReport step(TrainingSession& session, int64_t step) override;
+  void settle(TrainingSession& session) override;
   EvalReport evaluate(TrainingSession& session) override;
   nlohmann::json checkpoint_state() const override;
   void restore(const CheckpointData& checkpoint) override;
@@ -62,6 +63,8 @@ class WindowSource : public StepSource {
   // next step's read started on another thread (the rows are a pure function of the seed and the step, so reading
   // ahead changes nothing but the time the step waits).
   TokenBatch take_batch(int64_t step, int64_t rows);
+  // Counts an update whose figures reached the host into the log window and the tokens seen.
+  void count(UpdateResult u);
 
   std::shared_ptr<const WindowLoader> train_data_;
   std::shared_ptr<const WindowLoader> val_data_;
@@ -82,6 +85,7 @@ class WindowSource : public StepSource {
   int64_t window_tokens_ = 0;
   double window_loss_ = 0;
   int64_t window_steps_ = 0;
+  UpdateResult latest_;  // the latest update counted: its gradient norm and metrics close a log window
 };
 
 }  // namespace inkstone

@@ -179,11 +179,17 @@ TEST(Moe, BiasBalancingLowersOverloadedExperts) {
     moe->router->weight.zero_();
     moe->router->weight[0].fill_(1.0);  // x with a positive sum goes to expert 0
   }
+  const auto taken = torch::ones({}), skipped = torch::zeros({});
   moe(torch::rand({1, 6, 32}) + 0.1);
-  moe->after_optimizer_step();
+  moe->after_optimizer_step(skipped);  // a skipped update moves nothing and drops its loads
+  EXPECT_TRUE(torch::equal(moe->selection_bias, torch::zeros({4})));
+  moe->after_optimizer_step(taken);
+  EXPECT_TRUE(torch::equal(moe->selection_bias, torch::zeros({4})));
+  moe(torch::rand({1, 6, 32}) + 0.1);
+  moe->after_optimizer_step(taken);
   EXPECT_TRUE(torch::allclose(moe->selection_bias, torch::tensor({-1e-3, 1e-3, 1e-3, 1e-3})));
   EXPECT_FALSE(moe->selection_bias.requires_grad());
-  moe->after_optimizer_step();  // no forward since: no load, no move
+  moe->after_optimizer_step(taken);  // no forward since: no load, no move
   EXPECT_TRUE(torch::allclose(moe->selection_bias, torch::tensor({-1e-3, 1e-3, 1e-3, 1e-3})));
 }
 
