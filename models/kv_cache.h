@@ -11,7 +11,7 @@ namespace inkstone {
 
 // Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
 // with the dtype the layer produces), plus which slots hold real tokens. Slots are shared by the whole batch:
-// prompts of different lengths are left-padded and carry their own positions (see ForwardArgs).
+// prompts of different lengths are left-padded and carry their own positions (see CacheInputs).
 class KVCache {
  public:
   KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity);

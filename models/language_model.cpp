@@ -144,60 +144,96 @@ void LanguageModelImpl::tap_feed_forward_activations(const std::function<void(in
   }
 }
 
+torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, const WindowInputs& inputs) {
+  Pass pass;
+  pass.mask = inputs.mask;
+  pass.noise_level = inputs.noise_level;
+  pass.positions = inputs.positions;
+  pass.key_padding = inputs.key_padding;
+  pass.documents = inputs.documents;
+  return run(tokens, pass);
+}
+
+torch::Tensor LanguageModelImpl::hidden_states_under_rule(const torch::Tensor& tokens, const RuleInputs& inputs) {
+  TORCH_CHECK(inputs.allowed.defined(), "an attention rule is required");
+  Pass pass;
+  pass.mask = MaskMode::bidirectional;  // what the convolutions would read; the rule's models have none
+  pass.allowed = inputs.allowed;
+  pass.positions = inputs.positions;
+  pass.key_padding = inputs.key_padding;
+  return run(tokens, pass);
+}
+
+torch::Tensor LanguageModelImpl::extend_cache(const torch::Tensor& tokens, KVCache& cache, const CacheInputs& inputs) {
+  Pass pass;
+  pass.mask = inputs.mask;
+  pass.positions = inputs.positions;
+  pass.key_padding = inputs.key_padding;
+  pass.cache = &cache;
+  return run(tokens, pass);
+}
+
+torch::Tensor LanguageModelImpl::decode_at_slot(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                                KVCache& cache, const torch::Tensor& slot) {
+  Pass pass;
+  pass.positions = positions;
+  pass.cache = &cache;
+  pass.write_slot = slot;
+  return run(tokens, pass);
+}
+
+torch::Tensor LanguageModelImpl::logits(const torch::Tensor& hidden, HeadRows rows) const {
+  return torch::nn::functional::linear(hidden, head_weight(rows)).to(torch::kFloat);
+}
+
+torch::Tensor LanguageModelImpl::forward(const torch::Tensor& tokens, const WindowInputs& inputs) {
+  return logits(hidden_states(tokens, inputs));
+}
+
+torch::Tensor LanguageModelImpl::head_weight(HeadRows rows) const {
+  const auto& weight = head.is_empty() ? embed->weight : head->weight;
+  return rows == HeadRows::tokens && token_count_ < vocab_size_ ? weight.narrow(0, 0, token_count_) : weight;
+}
+
 // Slots are tokens, or with hidden decoding n per token: the cache, the masks and the blocks count slots, while
 // positions, padding and logits come and go per token.
-ForwardOut LanguageModelImpl::forward(const torch::Tensor& tokens, const ForwardArgs& args) {
-  const auto x = hidden_states(tokens, args);
-  auto logits = torch::nn::functional::linear(x, head_weight(args.token_logits_only));
-  return {logits.to(torch::kFloat), args.return_hidden ? x : torch::Tensor()};
-}
-
-torch::Tensor LanguageModelImpl::head_weight(bool token_rows_only) const {
-  const auto& weight = head.is_empty() ? embed->weight : head->weight;
-  return token_rows_only && token_count_ < vocab_size_ ? weight.narrow(0, 0, token_count_) : weight;
-}
-
-torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, const ForwardArgs& args) {
+torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pass) {
   const int64_t batch = tokens.size(0);
   const int64_t length = tokens.size(1);
   const int64_t slots = streams_.streams() * length;
-  const bool fixed_window = args.write_slot.defined();
+  const bool fixed_window = pass.write_slot.defined();
   if (fixed_window) {
-    TORCH_CHECK(args.cache && args.positions.defined() && length == 1 && streams_.streams() == 1,
-                "fixed-window decoding takes one token per row, a cache, positions and one stream");
+    TORCH_CHECK(length == 1 && streams_.streams() == 1, "fixed-window decoding takes one token per row and one stream");
   }
-  const int64_t start = args.cache ? args.cache->length() : 0;
+  const int64_t start = pass.cache ? pass.cache->length() : 0;
   const int64_t first_token = start / streams_.streams();
   const auto token_positions =
-      args.positions.defined()
-          ? args.positions
+      pass.positions.defined()
+          ? pass.positions
           : torch::arange(first_token, first_token + length, tokens.options().dtype(torch::kLong))
                 .expand({batch, length});
   const auto positions = streams_.slot_positions(token_positions);
-  const auto padding = streams_.slot_flags(args.key_padding);
+  const auto padding = streams_.slot_flags(pass.key_padding);
   if (rope_omega_.device() != tokens.device()) rope_omega_ = rope_omega_.to(tokens.device());
-  AttentionContext context{rope_table(positions, rope_omega_), {}, args.cache, {}, args.mask, padding};
+  AttentionContext context{rope_table(positions, rope_omega_), {}, pass.cache, {}, pass.mask, padding};
   torch::Tensor key_real;
   if (fixed_window) {
-    context.mask = {args.cache->window_key_real(args.write_slot).reshape({batch, 1, 1, -1}), false};
-    context.write_slot = args.write_slot;
+    context.mask = {pass.cache->window_key_real(pass.write_slot).reshape({batch, 1, 1, -1}), false};
+    context.write_slot = pass.write_slot;
   } else {
-    key_real = args.cache ? args.cache->record_key_real(padding, slots) : padding;
-    if (args.allowed.defined()) {
-      TORCH_CHECK(streams_.streams() == 1 && !args.documents.defined(),
-                  "a caller's attention rule takes one stream and no packed documents");
-      TORCH_CHECK(args.allowed.size(0) == slots && args.allowed.size(1) == start + slots,
-                  "the attention rule must be [T, cache length + T]");
-      context.mask = mask_with_padding(args.allowed.to(tokens.device()), start, key_real);
+    key_real = pass.cache ? pass.cache->record_key_real(padding, slots) : padding;
+    if (pass.allowed.defined()) {
+      TORCH_CHECK(streams_.streams() == 1, "a caller's attention rule takes one stream");
+      TORCH_CHECK(pass.allowed.size(0) == slots && pass.allowed.size(1) == slots, "the attention rule must be [T, T]");
+      context.mask = mask_with_padding(pass.allowed.to(tokens.device()), start, key_real);
     } else {
-      context.mask = make_attention_mask(args.mask, start, slots, start + slots, key_real, tokens.device());
+      context.mask = make_attention_mask(pass.mask, start, slots, start + slots, key_real, tokens.device());
     }
   }
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
   if (!fixed_window) use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
-  if (args.documents.defined()) {
-    TORCH_CHECK(args.cache == nullptr, "packed documents are for training and scoring, not incremental decoding");
-    const auto documents = streams_.slot_flags(args.documents);
+  if (pass.documents.defined()) {
+    const auto documents = streams_.slot_flags(pass.documents);
     // Where libtorch's kernels keep O(T) per query, documents go through buckets rather than a [B, 1, T, T] mask;
     // a mask of another kind (padding, hidden streams' local rules) keeps the dense rule.
     std::shared_ptr<const DocumentBuckets> buckets;
@@ -207,21 +243,20 @@ torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, cons
       if (buckets)
         c.document_buckets = buckets;
       else
-        c.mask = within_documents(c.mask, args.mask, documents);
+        c.mask = within_documents(c.mask, pass.mask, documents);
       c.documents = documents;
     }
   }
 
   torch::Tensor cond;
-  if (args.noise_level.defined()) {
+  if (pass.noise_level.defined()) {
     TORCH_CHECK(!time_embed.is_empty(), "a noise level needs model.time_conditioning = true");
-    cond = time_embed(args.noise_level);
+    cond = time_embed(pass.noise_level);
   }
 
   const auto embedding = embed_streams(tokens);
   const std::unique_ptr<ResidualStream> stream = start_stream_(embedding);
-  const auto* varying = dynamic_cast<const WidthVaryingStream*>(stream.get());
-  const bool checkpointing = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() && !args.cache;
+  const bool checkpointing = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() && !pass.cache;
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const auto block = blocks->ptr<BlockImpl>(i);
     const auto m = block->modulations(cond);
@@ -235,9 +270,9 @@ torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, cons
     stream->add(ffn_site(i), run_branch(recompute, std::move(ffn), stream->input(ffn_site(i)), m[1], block, 2 * i + 1));
   }
   auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
-  if (varying) x = varying->to_model_width(x, config_.d_model);
+  x = stream->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
-  if (args.cache && !fixed_window) args.cache->advance(slots);
+  if (pass.cache && !fixed_window) pass.cache->advance(slots);
   return x;
 }
 

@@ -32,33 +32,38 @@ namespace inkstone {
 
 class BlockImpl;
 
-struct ForwardArgs {
+// A window scored or trained whole, without a cache (training, evaluation, RL log-probabilities, denoising): what
+// the model reads besides its tokens [B, T].
+struct WindowInputs {
   MaskMode mask = MaskMode::causal;
   torch::Tensor noise_level;  // [B] float: conditions a time-conditioned model; undefined: no conditioning
-  torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
-  torch::Tensor key_padding;  // [B, T] bool, true = real token of this call; undefined: all real. With a cache,
-                              // the cache remembers earlier calls' padding.
-  torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay
-                              // within a token's document; undefined: one document per row. Not with a cache.
-  // [T, cache length + T] bool, true = may attend: a query-key rule of the caller's in place of `mask` (block
-  // diffusion's [x_0 | x_t] layout); one stream, no documents. Padding and each query's own slot apply as usual.
-  torch::Tensor allowed;
-  KVCache* cache = nullptr;   // appends this call's keys and values; attention also sees the cached slots
-  // [1] int64 on the model's device: fixed-window decoding (KVCache::append_at), the form a CUDA graph replays.
-  // One token per row and one stream; positions given; the caller advances the cache's host-side length.
-  torch::Tensor write_slot;
-  bool return_hidden = false;
-  // Logits over the tokenizer's ids only, [B, T, token_count]: what samplers draw from and RL scores, so that the
-  // padding rows of a vocabulary larger than the tokenizer (model.vocab_size, HF checkpoints) are never drawn.
-  bool token_logits_only = false;
+  torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: 0..T−1
+  torch::Tensor key_padding;  // [B, T] bool, true = real token; undefined: all real
+  torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay within a
+                              // token's document; undefined: one document per row
 };
-// Batched prompts of different lengths: left-pad them, mark the pads in key_padding, and give each row the
-// positions 0..len−1 of its own tokens; every later step appends at the same slot for all rows.
 
-struct ForwardOut {
-  torch::Tensor logits;  // [B, T, V] fp32
-  torch::Tensor hidden;  // [B, T, d], the head's input (final norm, then modulation if conditioned); if asked
+// A window scored whole under a query-key rule of the caller's in place of a mask mode (block diffusion's
+// [x_0 | x_t] layout, docs/objectives.md): one stream, no documents, no time conditioning.
+struct RuleInputs {
+  torch::Tensor allowed;      // [T, T] bool, true = may attend; padding applies as usual
+  torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: 0..T−1
+  torch::Tensor key_padding;  // [B, T] bool, true = real token; undefined: all real
 };
+
+// Tokens [B, T] appended to a KV cache: a prompt, a committed block, or the next token of decoding with a growing
+// cache. Batched prompts of different lengths: left-pad them, mark the pads in key_padding and give each row the
+// positions 0..len−1 of its own tokens; every later call appends at the same slot for all rows.
+struct CacheInputs {
+  MaskMode mask = MaskMode::causal;
+  torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
+  torch::Tensor key_padding;  // [B, T] bool, true = real token of this call (the cache remembers earlier calls')
+};
+
+// The rows of the head: the model's whole vocabulary, or the tokenizer's ids only — what samplers draw from and
+// RL scores, so that the padding rows of a vocabulary larger than the tokenizer (model.vocab_size, HF checkpoints)
+// are never drawn.
+enum class HeadRows { vocabulary, tokens };
 
 // embedding: the token table [V, d] (a tied head reuses it); non_embedding = total − embedding, so an untied
 // head counts as non-embedding.
@@ -77,14 +82,24 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   // 0: all of vocab_size).
   LanguageModelImpl(const ModelConfig& config, int64_t vocab_size, int64_t token_count = 0);
 
-  // tokens: [B, T] int64.
-  ForwardOut forward(const torch::Tensor& tokens, const ForwardArgs& args = {});
-  // The head's input [B, T, d] (final norm, then modulation if conditioned) without the head: what a loss over
-  // the vocabulary in row chunks starts from (objectives/chunked_vocab.h). token_logits_only is not read here.
-  torch::Tensor hidden_states(const torch::Tensor& tokens, const ForwardArgs& args = {});
-  // The head's weight [V, d] (the token table when tied): logits = hidden · weightᵀ. token_rows_only: the
-  // tokenizer's ids only, as ForwardArgs::token_logits_only.
-  torch::Tensor head_weight(bool token_rows_only = false) const;
+  // The entry points (tokens [B, T] int64); each returns the head's input [B, T, d] (final norm, then modulation
+  // if conditioned), which logits() turns into logits, or a loss over the vocabulary in row chunks reads
+  // (objectives/chunked_vocab.h).
+  torch::Tensor hidden_states(const torch::Tensor& tokens, const WindowInputs& inputs = {});
+  torch::Tensor hidden_states_under_rule(const torch::Tensor& tokens, const RuleInputs& inputs);
+  // Appends the tokens' keys and values (and convolution tails) to `cache`, which advances by T.
+  torch::Tensor extend_cache(const torch::Tensor& tokens, KVCache& cache, const CacheInputs& inputs = {});
+  // Fixed-window decoding, the form a CUDA graph replays (sampler/decode_step.h): one token per row at RoPE
+  // `positions` [B, 1], written at cache slot `slot` ([1] int64 on the model's device, KVCache::append_at); one
+  // stream. The cache's host-side length is the caller's to advance.
+  torch::Tensor decode_at_slot(const torch::Tensor& tokens, const torch::Tensor& positions, KVCache& cache,
+                               const torch::Tensor& slot);
+  // Logits [.., rows] in float32 from the head's input.
+  torch::Tensor logits(const torch::Tensor& hidden, HeadRows rows = HeadRows::vocabulary) const;
+  // The logits of a window scored whole: logits(hidden_states(tokens, inputs)), the module's call.
+  torch::Tensor forward(const torch::Tensor& tokens, const WindowInputs& inputs = {});
+  // The head's weight [rows, d] (the token table when tied): logits = hidden · weightᵀ.
+  torch::Tensor head_weight(HeadRows rows = HeadRows::vocabulary) const;
 
   // Activation checkpointing in training forwards with gradient (docs/training.md): blocks 0, k, 2k, ... with
   // every = k recompute their branches in backward; 0: none.
@@ -130,6 +145,14 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   torch::nn::Linear head{nullptr};    // only untied
 
  private:
+  // Every entry point's inputs in one form, for the one forward path (run).
+  struct Pass {
+    MaskMode mask = MaskMode::causal;
+    torch::Tensor noise_level, positions, key_padding, documents, allowed;
+    KVCache* cache = nullptr;
+    torch::Tensor write_slot;  // fixed-window decoding
+  };
+  torch::Tensor run(const torch::Tensor& tokens, const Pass& pass);
   ParamRole role_of(const std::string& name) const;
   void scale_init_to_layer_widths();
   torch::Tensor embed_streams(const torch::Tensor& tokens);

@@ -79,6 +79,11 @@ class ResidualStream {
   virtual ~ResidualStream() = default;
   virtual torch::Tensor input(int64_t site) = 0;
   virtual void add(int64_t site, const torch::Tensor& output) = 0;
+  // The final-normed output resized to the head's width: itself unless the stream's width varies.
+  virtual torch::Tensor to_model_width(const torch::Tensor& normed, int64_t model_width) const {
+    (void)model_width;
+    return normed;
+  }
 };
 
 // Starts the residual stream of one forward pass from its embedding.

@@ -53,7 +53,7 @@ class WidthVaryingStream : public ResidualStream {
   torch::Tensor input(int64_t site) override;
   void add(int64_t site, const torch::Tensor& output) override;
   // The final-normed output (width w_L) resized to the head's width.
-  torch::Tensor to_model_width(const torch::Tensor& normed, int64_t model_width) const;
+  torch::Tensor to_model_width(const torch::Tensor& normed, int64_t model_width) const override;
 
  private:
   std::vector<int64_t> widths_;

@@ -25,10 +25,9 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, doub
   // A target counts when it and the token predicting it are real data.
   auto real = batch.real.index({Slice(), Slice(1, torch::indexing::None)}) &
               batch.real.index({Slice(), Slice(0, -1)});
-  ForwardArgs args;
-  args.mask = MaskMode::causal;
-  if (batch.documents.defined()) args.documents = batch.documents.index({Slice(), Slice(0, -1)});
-  const auto hidden = model.hidden_states(inputs, args);
+  WindowInputs window;
+  if (batch.documents.defined()) window.documents = batch.documents.index({Slice(), Slice(0, -1)});
+  const auto hidden = model.hidden_states(inputs, window);
   const auto flat_targets = targets.reshape(-1);
   const auto flat_real = real.reshape(-1);
   const bool with_z = z_loss > 0;

@@ -61,27 +61,30 @@ torch::Tensor DiffusionObjective::corrupt(const torch::Tensor& x, const torch::T
 
 DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
                                           const torch::Tensor& z) const {
-  ForwardArgs args;
-  args.mask = MaskMode::bidirectional;
   // Packed windows are always full; a padding mask there would only cost attention its fused kernel.
-  if (padded_windows_) args.key_padding = batch.real;
-  args.documents = batch.documents;
+  const torch::Tensor key_padding = padded_windows_ ? batch.real : torch::Tensor();
   const auto alpha = schedule_->alpha(t);
-  if (model.config().time_conditioning) {
-    TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");
-    args.noise_level = -torch::log(alpha.squeeze(1));
-  }
   torch::Tensor hidden;
   if (diffusion_.block_size > 0) {
     // Block diffusion (docs/diffusion.md, "Block diffusion"): the model reads [x_0 | x_t], both halves at positions
-    // 0..L−1, under the block-causal rule, and x_t's half gives the logits.
+    // 0..L−1, under the block-causal rule, and x_t's half gives the logits. Its config checks rule out time
+    // conditioning and packed documents.
     const int64_t length = z.size(1);
-    args.positions = torch::arange(length, batch.tokens.options()).repeat({2}).expand({z.size(0), 2 * length});
-    args.allowed = block_diffusion_training_rule(length, diffusion_.block_size, z.device());
-    if (args.key_padding.defined()) args.key_padding = torch::cat({batch.real, batch.real}, 1);
-    hidden = model.hidden_states(torch::cat({batch.tokens, z}, 1), args).narrow(1, length, length);
+    RuleInputs ruled;
+    ruled.positions = torch::arange(length, batch.tokens.options()).repeat({2}).expand({z.size(0), 2 * length});
+    ruled.allowed = block_diffusion_training_rule(length, diffusion_.block_size, z.device());
+    if (key_padding.defined()) ruled.key_padding = torch::cat({key_padding, key_padding}, 1);
+    hidden = model.hidden_states_under_rule(torch::cat({batch.tokens, z}, 1), ruled).narrow(1, length, length);
   } else {
-    hidden = model.hidden_states(z, args);
+    WindowInputs window;
+    window.mask = MaskMode::bidirectional;
+    window.key_padding = key_padding;
+    window.documents = batch.documents;
+    if (model.config().time_conditioning) {
+      TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");
+      window.noise_level = -torch::log(alpha.squeeze(1));
+    }
+    hidden = model.hidden_states(z, window);
   }
   // Per-token inputs of the terms, flattened to the rows the chunks take.
   const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };

@@ -9,12 +9,10 @@ namespace inkstone {
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
                                 int64_t logit_chunk_mib, bool with_entropy, bool with_hidden) {
   using torch::indexing::Slice;
-  ForwardArgs args;
-  args.mask = MaskMode::causal;
-  const auto hidden = model.hidden_states(batch.tokens.index({Slice(), Slice(0, -1)}), args);  // [B, W−1, d]
+  const auto hidden = model.hidden_states(batch.tokens.index({Slice(), Slice(0, -1)}));  // [B, W−1, d], causal
   const auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)}).reshape(-1);
   // The tokenizer's ids only: the distribution rollouts were drawn from.
-  const auto head = model.head_weight(/*token_rows_only=*/true);
+  const auto head = model.head_weight(HeadRows::tokens);
   // By value: backward calls it again after this function has returned.
   const ChunkTermsFn terms = [targets, temperature, with_entropy](const torch::Tensor& logits, int64_t begin) {
     const auto log_softmax = torch::log_softmax(logits / temperature, -1);  // [n, V]

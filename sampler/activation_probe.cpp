@@ -44,9 +44,9 @@ std::vector<PromptProbe> probe_prompts(LanguageModel model, const Tokenizer& tok
       throw InputError(fmt::format("probe prompt {} is {} tokens, more than model.max_seq_len = {}", i + 1, ids.size(),
                                    model->config().max_seq_len));
     const auto tokens = torch::tensor(std::vector<int64_t>(ids.begin(), ids.end()), torch::kLong).unsqueeze(0);
-    ForwardArgs args;
-    args.mask = mask;
-    model->forward(tokens.to(device), args);
+    WindowInputs window;
+    window.mask = mask;
+    model->hidden_states(tokens.to(device), window);  // for the tap's sake: the head is not needed
     PromptProbe probe{prompts[i], static_cast<int64_t>(ids.size()), {}};
     for (size_t layer = 0; layer < captured.size(); ++layer) {
       const auto activations = captured[layer].squeeze(0).cpu();  // [T, F]: slots of this prompt

@@ -194,13 +194,17 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   // With a cache the prompt is prefilled once and each step feeds only the newest token; without one, every
   // step runs the whole sequence so far.
   auto cache = model->make_kv_cache(rows, batch.tokens.size(1) + max_new);
-  ForwardArgs args;
-  args.token_logits_only = true;
-  args.positions = batch.positions;
-  args.key_padding = batch.real;
-  args.cache = options.use_kv_cache ? &cache : nullptr;
   auto sequence = batch.tokens;
-  auto logits = model->forward(sequence, args).logits.select(1, -1);
+  // The head runs on the last position only: the one whose logits are drawn from.
+  const auto last_logits = [&](const torch::Tensor& hidden) {
+    return model->logits(hidden.select(1, -1), HeadRows::tokens);
+  };
+  WindowInputs window;  // without a cache: the whole sequence so far, every step
+  window.positions = batch.positions;
+  window.key_padding = batch.real;
+  auto logits = options.use_kv_cache
+                    ? last_logits(model->extend_cache(sequence, cache, {MaskMode::causal, batch.positions, batch.real}))
+                    : last_logits(model->hidden_states(sequence, window));
   const auto decoder = make_decoder(model, cache, rows, options);
 
   StopTracker stops(options, rows);
@@ -220,14 +224,12 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
     if (decoder) {
       logits = decoder->step(draw.tokens, position);
     } else if (options.use_kv_cache) {
-      args.positions = position;
-      args.key_padding = torch::Tensor();
-      logits = model->forward(token, args).logits.select(1, -1);
+      logits = last_logits(model->extend_cache(token, cache, {MaskMode::causal, position, {}}));
     } else {
       sequence = torch::cat({sequence, token}, 1);
-      args.positions = torch::cat({args.positions, position}, 1);
-      args.key_padding = torch::cat({args.key_padding, torch::ones_like(token, batch.real.options())}, 1);
-      logits = model->forward(sequence, args).logits.select(1, -1);
+      window.positions = torch::cat({window.positions, position}, 1);
+      window.key_padding = torch::cat({window.key_padding, torch::ones_like(token, batch.real.options())}, 1);
+      logits = last_logits(model->hidden_states(sequence, window));
     }
   }
 

@@ -51,7 +51,7 @@ struct ArSampleResult {
 };
 
 // Runs every sample of every prompt as one batch on the model's device, under inference mode. Prompts are
-// left-padded (ForwardArgs). Throws InputError for an empty prompt, an id outside the vocabulary, or options
+// left-padded (CacheInputs). Throws InputError for an empty prompt, an id outside the vocabulary, or options
 // out of range.
 ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                      const ArSampleOptions& options);

@@ -20,25 +20,30 @@ namespace {
 Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, const torch::Tensor& committed,
                         int64_t prompt_length, int64_t block, KVCache* cache) {
   return [=](const torch::Tensor& z, const torch::Tensor&) mutable {
-    ForwardArgs args;
-    args.mask = MaskMode::bidirectional;
     if (cache) {
       const int64_t kept = cache->length();
-      args.cache = cache;
-      auto logits = model->forward(z, args).logits;
+      auto logits = model->logits(model->extend_cache(z, *cache, {MaskMode::bidirectional, {}, {}}));
       cache->rewind(kept);
       return logits;
     }
     const int64_t start = committed.size(1), length = start + z.size(1);
+    const auto sequence = torch::cat({committed, z}, 1);
+    torch::Tensor hidden;
     if (process.block_size > 0) {
       const auto options = torch::TensorOptions().dtype(torch::kLong);
       auto ids = torch::cat({torch::full({prompt_length}, -1, options),
                              torch::floor_divide(torch::arange(start - prompt_length, options), block),
                              torch::full({z.size(1)}, (start - prompt_length) / block, options)});
       const auto noisy = torch::arange(length, options).ge(start);
-      args.allowed = block_diffusion_rule(ids, noisy, ids, noisy);
+      RuleInputs ruled;
+      ruled.allowed = block_diffusion_rule(ids, noisy, ids, noisy);
+      hidden = model->hidden_states_under_rule(sequence, ruled);
+    } else {
+      WindowInputs window;
+      window.mask = MaskMode::bidirectional;
+      hidden = model->hidden_states(sequence, window);
     }
-    return model->forward(torch::cat({committed, z}, 1), args).logits.narrow(1, start, z.size(1));
+    return model->logits(hidden.narrow(1, start, z.size(1)));
   };
 }
 
@@ -75,10 +80,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
   if (options.use_cache) {
     cache.emplace(model->make_kv_cache(rows, total));
     if (prompt_length > 0) {
-      ForwardArgs args;
-      args.mask = MaskMode::bidirectional;  // the prompt is one clean block
-      args.cache = &*cache;
-      model->forward(committed, args);
+      model->extend_cache(committed, *cache, {MaskMode::bidirectional, {}, {}});  // the prompt is one clean block
       ++result.model_calls;
     }
   }
@@ -96,10 +98,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
     committed = torch::cat({committed, tokens}, 1);
     ++result.blocks;
     if (cache) {
-      ForwardArgs args;
-      args.mask = MaskMode::bidirectional;
-      args.cache = &*cache;
-      model->forward(tokens, args);  // the committed block joins the cache
+      model->extend_cache(tokens, *cache, {MaskMode::bidirectional, {}, {}});  // the committed block joins the cache
       ++result.model_calls;
     }
     if (process.end_id >= 0) ended = ended | tokens.eq(process.end_id).any(1);

@@ -50,12 +50,7 @@ FixedWindowDecoder::FixedWindowDecoder(LanguageModel model, KVCache& cache, int6
 FixedWindowDecoder::~FixedWindowDecoder() = default;
 
 torch::Tensor FixedWindowDecoder::forward() {
-  ForwardArgs args;
-  args.token_logits_only = true;
-  args.positions = positions_;
-  args.cache = &cache_;
-  args.write_slot = slot_;
-  return model_->forward(tokens_, args).logits.select(1, 0);
+  return model_->logits(model_->decode_at_slot(tokens_, positions_, cache_, slot_).select(1, 0), HeadRows::tokens);
 }
 
 torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch::Tensor& positions) {

@@ -73,10 +73,10 @@ DiffusionProcess diffusion_process_for(const Objective& objective, const Config&
 
 Denoiser model_denoiser(LanguageModel model) {
   return [model](const torch::Tensor& z, const torch::Tensor& sigma) mutable {
-    ForwardArgs args;
-    args.mask = MaskMode::bidirectional;
-    if (model->config().time_conditioning) args.noise_level = sigma.to(torch::kFloat);
-    return model->forward(z, args).logits;
+    WindowInputs window;
+    window.mask = MaskMode::bidirectional;
+    if (model->config().time_conditioning) window.noise_level = sigma.to(torch::kFloat);
+    return model->forward(z, window);
   };
 }
 

@@ -31,9 +31,7 @@ JudgeScore judge_texts(LanguageModel& judge, const Tokenizer& judge_tokenizer, c
     }
     const auto sequence = torch::tensor(ids, torch::kLong).to(device).unsqueeze(0);
     const int64_t length = sequence.size(1);
-    ForwardArgs args;
-    args.mask = MaskMode::causal;
-    const auto logits = judge->forward(sequence.narrow(1, 0, length - 1), args).logits.to(torch::kDouble);
+    const auto logits = judge->forward(sequence.narrow(1, 0, length - 1)).to(torch::kDouble);  // causal
     const auto log_probs = torch::log_softmax(logits, -1);
     const auto targets = sequence.narrow(1, 1, length - 1);
     score.nll_sum -= log_probs.gather(-1, targets.unsqueeze(-1)).sum().item<double>();

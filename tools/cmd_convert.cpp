@@ -36,7 +36,7 @@ double probe_logit_deviation(const ModelConfig& plain_config, const CheckpointDa
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, tokenizer_vocab_size, {1, std::min<int64_t>(16, plain_config.max_seq_len)},
                                      torch::kLong);
-  const auto deviation = (routed->forward(tokens).logits - plain->forward(tokens).logits).abs().max();
+  const auto deviation = (routed->forward(tokens) - plain->forward(tokens)).abs().max();
   routed->train();
   return deviation.item<double>();
 }

@@ -88,14 +88,14 @@ int dump_logits(const EvalOptions& o) {
   if (trained.config.model.time_conditioning)
     throw InputError("--dump-logits needs a model without time conditioning (it takes no noise level)");
   const auto tokens = read_token_ids(o.token_ids, trained.model->vocab_size());
-  ForwardArgs args;
-  args.mask = trained.objective->needs().mask;
+  WindowInputs window;
+  window.mask = trained.objective->needs().mask;
   torch::NoGradGuard no_grad;
-  const auto logits = trained.model->forward(tokens.to(trained.device), args).logits.to(torch::kCPU);
+  const auto logits = trained.model->forward(tokens.to(trained.device), window).to(torch::kCPU);
   write_safetensors(o.dump_logits, {{"input_ids", tokens}, {"logits", logits}});
   fmt::print("wrote {}: logits [{}, {}, {}] (fp32) of {} at step {}, {} attention\n", o.dump_logits, logits.size(0),
              logits.size(1), logits.size(2), o.checkpoint, trained.step,
-             args.mask == MaskMode::causal ? "causal" : "bidirectional");
+             window.mask == MaskMode::causal ? "causal" : "bidirectional");
   return 0;
 }
 

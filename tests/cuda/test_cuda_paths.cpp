@@ -10,6 +10,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "core/explicit_attention.h"
+#include "core/host_copy.h"
 #include "core/memory_usage.h"
 #include "core/torch_compat.h"
 #include "models/kernels/qk_norm_rope.h"
@@ -40,7 +41,7 @@ LanguageModel tiny_model() {
 }
 
 torch::Tensor next_token_loss(LanguageModel& model, const torch::Tensor& tokens) {
-  const auto logits = model(tokens.slice(1, 0, -1)).logits;
+  const auto logits = model(tokens.slice(1, 0, -1));
   return torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}).to(torch::kFloat),
                                               tokens.slice(1, 1).reshape(-1));
 }
@@ -64,8 +65,9 @@ torch::Tensor random_tokens() {
   return torch::randint(kVocab, {4, 33}, torch::kLong);
 }
 
-// The fused multi-tensor AdamW step on CUDA makes the update libtorch's per-parameter AdamW makes on the CPU, step
-// after step, with a decaying and a non-decaying group.
+// The fused multi-tensor AdamW step on CUDA makes the update AdamW makes on the CPU (libtorch's CPU fused kernel
+// from 2.4, tested against the per-parameter step in test_schedule.cpp), step after step, with a decaying and a
+// non-decaying group.
 TEST(Cuda, FusedAdamWUpdatesAsThePerParameterStep) {
   INKSTONE_REQUIRE_CUDA();
   torch::manual_seed(5);
@@ -95,6 +97,45 @@ TEST(Cuda, FusedAdamWUpdatesAsThePerParameterStep) {
       EXPECT_TRUE(torch::allclose(gpu_params[i].detach().cpu(), cpu_params[i].detach(), 1e-6, 1e-6))
           << "step " << step << " parameter " << i;
   }
+}
+
+// The step-or-skip decision on the GPU (docs/training.md, "A step without host synchronisation"): a skip flag of 1
+// leaves the weights, the host takes the step count back, and the next steps are those of a run that never saw
+// the skipped gradients; the figures arrive through the pinned non-blocking copy.
+TEST(Cuda, AStepSkippedOnTheDeviceIsAsIfItNeverHappened) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(8);
+  const auto start = torch::randn({64, 48});
+  OptimConfig optim = default_config().optim;
+  optim.learning_rate = 1e-2;
+  auto make = [&] {
+    auto weight = start.cuda().requires_grad_();
+    return std::make_pair(weight, make_adamw(ParameterGroups{{{"w", weight}}, {}}, optim));
+  };
+  auto [skipping, skipping_adamw] = make();
+  auto [straight, straight_adamw] = make();
+  ASSERT_TRUE(skipping_adamw->runs_fused_kernel());
+  const auto no = torch::zeros({}, torch::device(torch::kCUDA)), yes = torch::ones({}, torch::device(torch::kCUDA));
+  for (int step = 0; step < 4; ++step) {
+    const auto grad = torch::randn({64, 48}).cuda();
+    if (step == 1) {
+      skipping.mutable_grad() = grad * std::nan("");
+      const auto before = skipping.detach().clone();
+      skipping_adamw->uncount(skipping_adamw->step_unless(yes));
+      EXPECT_TRUE(torch::equal(skipping.detach(), before));
+      continue;
+    }
+    skipping.mutable_grad() = grad.clone();
+    straight.mutable_grad() = grad.clone();
+    skipping_adamw->step_unless(no);
+    straight_adamw->step();
+  }
+  EXPECT_TRUE(torch::equal(skipping.detach(), straight.detach()));
+  HostCopy figures(torch::stack({skipping.detach().sum(), straight.detach().sum()}).to(torch::kDouble));
+  const auto host = figures.values();
+  EXPECT_EQ(host.device().type(), torch::kCPU);
+  EXPECT_EQ(host[0].item<double>(), host[1].item<double>());
+  EXPECT_EQ(host[0].item<double>(), skipping.detach().sum().item<double>());
 }
 
 // bf16 weights on the GPU (run.param_dtype): the fused AdamW steps the fp32 masters as the CPU's per-parameter

@@ -13,12 +13,10 @@ namespace inkstone::testing {
 // step), concatenated along time.
 inline torch::Tensor decode_in_chunks(LanguageModel& model, const torch::Tensor& tokens,
                                       const std::vector<int64_t>& chunks, KVCache& cache) {
-  ForwardArgs args;
-  args.cache = &cache;
   std::vector<torch::Tensor> pieces;
   int64_t done = 0;
   for (const int64_t size : chunks) {
-    pieces.push_back(model->forward(tokens.narrow(1, done, size), args).logits);
+    pieces.push_back(model->logits(model->extend_cache(tokens.narrow(1, done, size), cache)));
     done += size;
   }
   return torch::cat(pieces, 1);
@@ -51,12 +49,7 @@ inline void expect_left_padded_decode_equals_each_row_alone(LanguageModel& model
     positions[r].narrow(0, pad, lengths[r]).copy_(torch::arange(lengths[r]));
   }
   auto cache = model->make_kv_cache(rows, width + steps);
-  ForwardArgs args;
-  args.cache = &cache;
-  args.positions = positions;
-  args.key_padding = real;
-  const auto prefill = model(prompt, args).logits;
-  args.key_padding = torch::Tensor();
+  const auto prefill = model->logits(model->extend_cache(prompt, cache, {MaskMode::causal, positions, real}));
   std::vector<torch::Tensor> decoded;
   for (int64_t s = 0; s < steps; ++s) {
     auto next = torch::empty({rows, 1}, torch::kLong);
@@ -65,11 +58,10 @@ inline void expect_left_padded_decode_equals_each_row_alone(LanguageModel& model
       next[r][0] = sequences[r][lengths[r] + s];
       next_positions[r][0] = lengths[r] + s;
     }
-    args.positions = next_positions;
-    decoded.push_back(model(next, args).logits);
+    decoded.push_back(model->logits(model->extend_cache(next, cache, {MaskMode::causal, next_positions, {}})));
   }
   for (int64_t r = 0; r < rows; ++r) {
-    const auto alone = model(sequences[r].narrow(0, 0, lengths[r] + steps).unsqueeze(0)).logits[0];
+    const auto alone = model(sequences[r].narrow(0, 0, lengths[r] + steps).unsqueeze(0))[0];
     const int64_t pad = width - lengths[r];
     EXPECT_LT(max_abs_diff(prefill[r].narrow(0, pad, lengths[r]), alone.narrow(0, 0, lengths[r])), 1e-5) << "row " << r;
     for (int64_t s = 0; s < steps; ++s)

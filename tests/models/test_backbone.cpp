@@ -240,10 +240,10 @@ TEST(Backbone, FutureTokensReachPastLogitsOnlyWithoutCausalMask) {
   auto perturbed = tokens.clone();
   perturbed[0][5] = (tokens[0][5].item<int64_t>() + 1) % 37;
   for (auto mode : {MaskMode::causal, MaskMode::bidirectional}) {
-    ForwardArgs args;
+    WindowInputs args;
     args.mask = mode;
-    const auto a = model(tokens, args).logits;
-    const auto b = model(perturbed, args).logits;
+    const auto a = model(tokens, args);
+    const auto b = model(perturbed, args);
     const double past = max_abs_diff(a.narrow(1, 0, 5), b.narrow(1, 0, 5));
     if (mode == MaskMode::causal) {
       EXPECT_EQ(past, 0.0);
@@ -259,11 +259,11 @@ TEST(Backbone, PaddedKeysAreInvisibleToBidirectionalAttention) {
   auto model = build_language_model(tiny_config(), 37);
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {1, 9}, torch::kLong);
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
-  const auto alone = model(tokens.narrow(1, 0, 6), args).logits;
+  const auto alone = model(tokens.narrow(1, 0, 6), args);
   args.key_padding = torch::arange(9).lt(6).unsqueeze(0);
-  const auto padded = model(tokens, args).logits;
+  const auto padded = model(tokens, args);
   EXPECT_LT(max_abs_diff(padded.narrow(1, 0, 6), alone), 1e-5);
 }
 
@@ -284,7 +284,7 @@ TEST(Backbone, TiedEmbeddingGetsGradientFromInputAndHead) {
   const auto tokens = torch::randint(0, 37, {2, 6}, torch::kLong);
   const auto targets = torch::randint(0, 37, {2 * 6}, torch::kLong);
   for (auto* model : {&tied, &untied}) {
-    torch::nn::functional::cross_entropy((*model)(tokens).logits.view({-1, 37}), targets).backward();
+    torch::nn::functional::cross_entropy((*model)(tokens).view({-1, 37}), targets).backward();
   }
   const auto& input_use = untied->embed->weight.grad();
   const auto& head_use = untied->head->weight.grad();
@@ -299,7 +299,7 @@ TEST(Backbone, KVCacheDecodeEqualsFullForward) {
   auto model = build_language_model(tiny_config(), 37);
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
-  const auto full = model(tokens).logits;
+  const auto full = model(tokens);
   auto cache = model->make_kv_cache(2, 12);
   EXPECT_LT(max_abs_diff(testing::decode_in_chunks(model, tokens, {5, 3, 1, 1, 1, 1}, cache), full), 1e-5);
   EXPECT_EQ(cache.length(), 12);
@@ -338,10 +338,10 @@ TEST(Backbone, AdaLNZeroBlocksAreIdentityAndLogitsZeroAtInit) {
     EXPECT_TRUE(torch::equal(y, x));
     x = y;
   }
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
   args.noise_level = sigma;
-  EXPECT_TRUE(torch::equal(model(tokens, args).logits, torch::zeros({2, 6, 37})));
+  EXPECT_TRUE(torch::equal(model(tokens, args), torch::zeros({2, 6, 37})));
 
   // The modulation is wired in: once trained away from zero, a block is no longer the identity.
   auto& block = *model->blocks[0]->as<BlockImpl>();
@@ -358,12 +358,12 @@ TEST(Backbone, ATimeConditionedModelRunsInBf16Weights) {
   torch::NoGradGuard no_grad;
   for (auto& p : model->parameters()) p.add_(0.05 * torch::randn_like(p));  // off the zero-initialised modulation
   const auto tokens = torch::randint(0, 37, {2, 6}, torch::kLong);
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
   args.noise_level = torch::tensor({0.3f, 2.5f});
-  const auto fp32 = model(tokens, args).logits;
+  const auto fp32 = model(tokens, args);
   cast_parameters(*model, torch::kBFloat16);
-  const auto bf16 = model(tokens, args).logits;
+  const auto bf16 = model(tokens, args);
   ASSERT_TRUE(bf16.isfinite().all().item<bool>());
   EXPECT_LT(max_abs_diff(bf16, fp32), 0.05 * fp32.abs().max().item<double>() + 0.02);
   EXPECT_GT(max_abs_diff(bf16, fp32), 0.0) << "the weights were not cast";

@@ -81,12 +81,12 @@ Pass forward_backward(const ModelConfig& config, int64_t checkpoint_every, bool 
   }
   const auto tokens = torch::randint(kVocab, {3, 24}, torch::kLong);
   const auto targets = torch::randint(kVocab, {3, 24}, torch::kLong);
-  ForwardArgs args;
+  WindowInputs args;
   if (diffusion) {
     args.mask = MaskMode::bidirectional;
     args.noise_level = torch::rand({3});
   }
-  const auto logits = model->forward(tokens, args).logits;
+  const auto logits = model->forward(tokens, args);
   const auto aux = take_auxiliary(*model);
   auto loss = torch::nn::functional::cross_entropy(logits.reshape({-1, kVocab}), targets.flatten());
   if (aux.loss.defined()) loss = loss + aux.loss;

@@ -39,9 +39,9 @@ TEST(HiddenStreams, OneStreamIsThePlainModel) {
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {2, 9}, torch::kLong);
   for (MaskMode mode : {MaskMode::causal, MaskMode::bidirectional}) {
-    ForwardArgs args;
+    WindowInputs args;
     args.mask = mode;
-    EXPECT_TRUE(torch::equal(one(tokens, args).logits, plain(tokens, args).logits));
+    EXPECT_TRUE(torch::equal(one(tokens, args), plain(tokens, args)));
   }
 }
 
@@ -84,13 +84,13 @@ TEST(HiddenStreams, LogitsOfTokenTReadItsStreamsAndNothingLater) {
   later[0][5] = (tokens[0][5].item<int64_t>() + 1) % 37;
   for (const char* attention : {"LX", "XL", "X"}) {
     auto model = build_language_model(streams_config(3, attention), 37);
-    const auto logits = model(tokens).logits;
+    const auto logits = model(tokens);
     ASSERT_EQ(logits.sizes(), (std::vector<int64_t>{1, 8, 37}));
-    EXPECT_EQ(max_abs_diff(model(later).logits.narrow(1, 0, 5), logits.narrow(1, 0, 5)), 0.0) << attention;
-    EXPECT_GT(max_abs_diff(model(later).logits[0][5], logits[0][5]), 1e-5) << attention;
+    EXPECT_EQ(max_abs_diff(model(later).narrow(1, 0, 5), logits.narrow(1, 0, 5)), 0.0) << attention;
+    EXPECT_GT(max_abs_diff(model(later)[0][5], logits[0][5]), 1e-5) << attention;
     // The stream-1 table is read by the last stream only through a cross-stream layer.
     model->stream_embeds[0]->as<torch::nn::EmbeddingImpl>()->weight.normal_();
-    EXPECT_GT(max_abs_diff(model(tokens).logits, logits), 1e-5) << attention;
+    EXPECT_GT(max_abs_diff(model(tokens), logits), 1e-5) << attention;
   }
 }
 
@@ -100,9 +100,9 @@ TEST(HiddenStreams, AllLocalLayersIgnoreTheEarlierStreamsAndWarn) {
   auto model = build_language_model(streams_config(3, "L"), 37);
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {2, 7}, torch::kLong);
-  const auto logits = model(tokens).logits;
+  const auto logits = model(tokens);
   for (const auto& table : *model->stream_embeds) table->as<torch::nn::EmbeddingImpl>()->weight.normal_();
-  EXPECT_TRUE(torch::equal(model(tokens).logits, logits));
+  EXPECT_TRUE(torch::equal(model(tokens), logits));
 
   const auto stderr_of = [](const std::string& toml) {
     ::testing::internal::CaptureStderr();
@@ -156,7 +156,7 @@ TEST_P(HiddenStreamsDecode, EqualsFullForward) {
   auto model = decode_model(GetParam());
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
-  const auto full = model(tokens).logits;
+  const auto full = model(tokens);
   auto cache = model->make_kv_cache(2, 12);
   EXPECT_EQ(cache.capacity(), 12 * GetParam().streams);
   EXPECT_LT(max_abs_diff(testing::decode_in_chunks(model, tokens, {5, 3, 1, 1, 1, 1}, cache), full), 1e-5);

@@ -40,15 +40,15 @@ TEST_P(PackedDocumentModels, EachDocumentGivesTheLogitsItHasAlone) {
   const auto packed = torch::cat({first, second}, 1);
   const auto documents = torch::cat({torch::zeros({2, 5}, torch::kLong), torch::ones({2, 4}, torch::kLong)}, 1);
   for (const MaskMode mode : {MaskMode::causal, MaskMode::bidirectional}) {
-    ForwardArgs args;
+    WindowInputs args;
     args.mask = mode;
-    const auto unmasked = model(packed, args).logits;
+    const auto unmasked = model(packed, args);
     args.documents = documents;
-    const auto logits = model(packed, args).logits;
-    ForwardArgs alone;
+    const auto logits = model(packed, args);
+    WindowInputs alone;
     alone.mask = mode;
-    EXPECT_LT(max_abs_diff(logits.narrow(1, 0, 5), model(first, alone).logits), 1e-5) << GetParam().name;
-    EXPECT_LT(max_abs_diff(logits.narrow(1, 5, 4), model(second, alone).logits), 1e-5) << GetParam().name;
+    EXPECT_LT(max_abs_diff(logits.narrow(1, 0, 5), model(first, alone)), 1e-5) << GetParam().name;
+    EXPECT_LT(max_abs_diff(logits.narrow(1, 5, 4), model(second, alone)), 1e-5) << GetParam().name;
     // Without the document mask the second document does read the first.
     EXPECT_GT(max_abs_diff(unmasked.narrow(1, 5, 4), logits.narrow(1, 5, 4)), 1e-4) << GetParam().name;
   }

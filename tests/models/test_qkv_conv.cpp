@@ -38,9 +38,9 @@ TEST(QkvConv, ZeroTapsGiveExactlyTheBaseModel) {
     for (const auto& item : with_conv->named_parameters())
       if (item.key().find("qkv_conv") != std::string::npos) EXPECT_EQ(item.value().abs().max().item<double>(), 0);
     for (MaskMode mode : {MaskMode::causal, MaskMode::bidirectional}) {
-      ForwardArgs args;
+      WindowInputs args;
       args.mask = mode;
-      const auto conv_logits = with_conv(tokens, args).logits, base_logits = base(tokens, args).logits;
+      const auto conv_logits = with_conv(tokens, args), base_logits = base(tokens, args);
       if (std::string(position) == "before_norm")
         EXPECT_TRUE(torch::equal(conv_logits, base_logits)) << position;
       else

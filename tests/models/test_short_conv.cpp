@@ -136,11 +136,9 @@ TEST(ShortConv, DecodeStateOfConvLayersIsConstant) {
   model->eval();
   torch::NoGradGuard no_grad;
   auto cache = model->make_kv_cache(2, 40);
-  ForwardArgs args;
-  args.cache = &cache;
-  model(torch::randint(0, 37, {2, 3}, torch::kLong), args);
+  model->extend_cache(torch::randint(0, 37, {2, 3}, torch::kLong), cache);
   const int64_t early = cache.state_numel(0);
-  for (int i = 0; i < 30; ++i) model(torch::randint(0, 37, {2, 1}, torch::kLong), args);
+  for (int i = 0; i < 30; ++i) model->extend_cache(torch::randint(0, 37, {2, 1}, torch::kLong), cache);
   EXPECT_EQ(cache.state_numel(0), early);
   EXPECT_EQ(early, 2 * 2 * 32);  // B · (k − 1) · d
 }
@@ -153,10 +151,10 @@ TEST(ShortConv, BidirectionalConvModelSeesTheFuture) {
   const auto tokens = torch::randint(0, 37, {1, 8}, torch::kLong);
   auto changed = tokens.clone();
   changed[0][6] = (tokens[0][6].item<int64_t>() + 1) % 37;
-  ForwardArgs bidirectional;
+  WindowInputs bidirectional;
   bidirectional.mask = MaskMode::bidirectional;
-  EXPECT_GT(max_abs_diff(model(tokens, bidirectional).logits[0][5], model(changed, bidirectional).logits[0][5]), 0);
-  EXPECT_EQ(max_abs_diff(model(tokens).logits.narrow(1, 0, 6), model(changed).logits.narrow(1, 0, 6)), 0.0);
+  EXPECT_GT(max_abs_diff(model(tokens, bidirectional)[0][5], model(changed, bidirectional)[0][5]), 0);
+  EXPECT_EQ(max_abs_diff(model(tokens).narrow(1, 0, 6), model(changed).narrow(1, 0, 6)), 0.0);
 }
 
 // Time conditioning modulates conv blocks as it does attention blocks: identity at init, then the noise level
@@ -199,7 +197,7 @@ TEST_P(ZooDecode, EqualsFullForward) {
   model->eval();
   torch::NoGradGuard no_grad;
   const auto tokens = torch::randint(0, 37, {2, 12}, torch::kLong);
-  const auto full = model(tokens).logits;
+  const auto full = model(tokens);
   auto cache = model->make_kv_cache(2, 12);
   EXPECT_LT(max_abs_diff(testing::decode_in_chunks(model, tokens, {5, 3, 1, 1, 1, 1}, cache), full), 1e-5);
 }

@@ -90,7 +90,7 @@ TEST(ZooRouting, MharWithOneHeadIsBitIdenticalToAttnRes) {
   torch::manual_seed(3);
   auto mhar = build_language_model(routed_config("mhar", 1), 11);
   randomise_routing(*mhar);
-  EXPECT_TRUE(torch::equal(attnres->forward(tokens).logits, mhar->forward(tokens).logits));
+  EXPECT_TRUE(torch::equal(attnres->forward(tokens), mhar->forward(tokens)));
 }
 
 // The key statistic spans the full width: enlarging head 0's slice of one source changes head 1's depth weights
@@ -318,7 +318,7 @@ TEST(ZooRouting, DeltaConversionKeepsThePlainLogitsExactly) {
       for (auto& item : routed->routing->named_parameters())
         if (item.key().find("gate") == std::string::npos) item.value().normal_();
     }
-    EXPECT_EQ(max_abs_diff(routed->forward(tokens).logits, plain->forward(tokens).logits), 0.0) << sources;
+    EXPECT_EQ(max_abs_diff(routed->forward(tokens), plain->forward(tokens)), 0.0) << sources;
   }
 }
 
@@ -332,7 +332,7 @@ TEST(ZooRouting, DeltaGateGetsAGradientAtZero) {
       if (item.key().find("gate") != std::string::npos) item.value().zero_();
   }
   const auto tokens = torch::randint(0, 11, {2, 6}, torch::kLong);
-  model->forward(tokens).logits.pow(2).mean().backward();
+  model->forward(tokens).pow(2).mean().backward();
   for (auto& item : model->routing->named_parameters())
     if (item.key().find("gate") != std::string::npos)
       EXPECT_GT(item.value().grad().abs().item<double>(), 0.0) << item.key();
@@ -360,7 +360,7 @@ TEST(ZooRouting, KVCacheDecodeEqualsFullForwardForEveryMode) {
     randomise_routing(*model, 0.5);
     model->eval();
     torch::NoGradGuard no_grad;
-    const auto full = model->forward(tokens).logits;
+    const auto full = model->forward(tokens);
     const auto decoded = testing::decode_in_pieces(model, tokens, 5);
     EXPECT_LT(max_abs_diff(decoded, full), 1e-5) << mode;
   }
@@ -376,7 +376,7 @@ TEST(ZooRouting, RoutedModelsTrainBidirectionalWithTimeConditioning) {
     c.residual_blocks = 1;
     auto model = build_language_model(c, 11);
     randomise_routing(*model, 0.5);
-    ForwardArgs args;
+    WindowInputs args;
     args.mask = MaskMode::bidirectional;
     args.noise_level = torch::rand({2});
     {  // adaLN-Zero starts every branch and the head at 0; move them so the routing matters
@@ -385,7 +385,7 @@ TEST(ZooRouting, RoutedModelsTrainBidirectionalWithTimeConditioning) {
         if (item.key().find("adaln") != std::string::npos || item.key() == "head.weight") item.value().normal_(0, 0.1);
     }
     const auto out = model->forward(torch::randint(0, 11, {2, 6}, torch::kLong), args);
-    out.logits.logsumexp(-1).mean().backward();
+    out.logsumexp(-1).mean().backward();
     double routing_grad = 0;
     for (auto& p : model->routing->parameters()) {
       ASSERT_TRUE(p.grad().defined()) << mode;

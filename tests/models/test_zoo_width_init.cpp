@@ -140,7 +140,7 @@ TEST(ZooWidth, UniformProfileReproducesTheBaselineBitForBit) {
   auto x = build_language_model(c, 11);
   torch::manual_seed(11);
   auto base = build_language_model(uniform, 11);
-  EXPECT_TRUE(torch::equal(x->forward(tokens).logits, base->forward(tokens).logits));
+  EXPECT_TRUE(torch::equal(x->forward(tokens), base->forward(tokens)));
 }
 
 TEST(ZooWidth, NarrowLayersGetLargerInitUnderFixedSigma) {
@@ -165,7 +165,7 @@ TEST(ZooWidth, KVCacheDecodeEqualsFullForwardWithVaryingWidths) {
     auto model = build_language_model(c, 11);
     model->eval();
     torch::NoGradGuard no_grad;
-    const auto full = model->forward(tokens).logits;
+    const auto full = model->forward(tokens);
     const auto decoded = testing::decode_in_pieces(model, tokens, 5);
     // fp32 rounding only (measured up to 4e-6 of the largest logit through 8 layers at init_std 0.2)
     EXPECT_LT(max_abs_diff(decoded, full), 2e-5 * full.abs().max().item<double>()) << expand;
@@ -177,13 +177,12 @@ TEST(ZooWidth, VaryingWidthsTrainBidirectionalWithTimeConditioning) {
   c.time_conditioning = true;
   c.tie_embeddings = false;
   auto model = build_language_model(c, 11);
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
   args.noise_level = torch::rand({2});
-  args.return_hidden = true;
-  const auto out = model->forward(torch::randint(0, 11, {2, 6}, torch::kLong), args);
-  EXPECT_EQ(out.hidden.size(-1), 128);
-  out.logits.sum().backward();
+  const auto hidden = model->hidden_states(torch::randint(0, 11, {2, 6}, torch::kLong), args);
+  EXPECT_EQ(hidden.size(-1), 128);
+  model->logits(hidden).sum().backward();
   for (const auto& p : model->parameters())
     if (p.grad().defined()) ASSERT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
 }

@@ -69,7 +69,7 @@ TEST(ChunkedObjectives, AutoregressiveLossAndGradientsEqualTheComposite) {
   using torch::indexing::Slice;
   const auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
   const auto real = batch.real.index({Slice(), Slice(1, torch::indexing::None)}) & batch.real.index({Slice(), Slice(0, -1)});
-  const auto logits = model->forward(batch.tokens.index({Slice(), Slice(0, -1)})).logits;
+  const auto logits = model->forward(batch.tokens.index({Slice(), Slice(0, -1)}));
   const auto nll = (-torch::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1)).masked_fill(~real, 0.0);
   const auto log_z2 = log_z_squared(logits).masked_fill(~real, 0.0);
   const auto composite = nll.sum() + 1e-3 * log_z2.sum();
@@ -98,10 +98,10 @@ void expect_diffusion_equal_to_composite(const std::string& name, bool time_cond
   const auto scores = objective.score(*model, batch, t, z);
   const auto got = gradients_of(scores.loss, *model);
 
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
   if (time_conditioning) args.noise_level = -torch::log(alpha.view({3}));
-  const auto logits = model->forward(z, args).logits;
+  const auto logits = model->forward(z, args);
   const auto log_x_hat = torch::log_softmax(objective.support().restrict_logits(logits), -1);
   const auto a_prime = objective.schedule().alpha_prime(t);
   torch::Tensor nelbo, trained;
@@ -147,9 +147,7 @@ TEST(ChunkedObjectives, PolicyLogProbsAndEntropyWithTheirGradientsEqualTheCompos
   const auto got = gradients_of((scored.log_probs * upstream).sum() + scored.entropy.sum(), *model);
 
   using torch::indexing::Slice;
-  ForwardArgs args;
-  args.token_logits_only = true;
-  const auto logits = model->forward(batch.tokens.index({Slice(), Slice(0, -1)}), args).logits;
+  const auto logits = model->logits(model->hidden_states(batch.tokens.index({Slice(), Slice(0, -1)})), HeadRows::tokens);
   EXPECT_EQ(logits.size(-1), 260);  // the tokenizer's ids, not the padded vocabulary
   const auto log_softmax = torch::log_softmax(logits / temperature, -1);
   const auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});

@@ -250,10 +250,10 @@ TEST(DiffusionObjective, ScoresAreTheClosedFormOfTheModelsLogitsAtSigma) {
   const auto z = torch::where(batch.real, objective.corrupt(batch.tokens, alpha, nullptr), batch.tokens);
   const auto scores = objective.score(*model, batch, t, z);
 
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::bidirectional;
   args.noise_level = -torch::log(alpha.view({3}));
-  const auto logits = model->forward(z, args).logits.to(torch::kDouble);
+  const auto logits = model->forward(z, args).to(torch::kDouble);
   const auto log_x_hat = torch::log_softmax(objective.support().restrict_logits(logits), -1);
   const auto expected = uniform_nelbo_per_token(log_x_hat, batch.tokens, z, alpha.to(torch::kDouble),
                                                 objective.schedule().alpha_prime(t).to(torch::kDouble), 257)

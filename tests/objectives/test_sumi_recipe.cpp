@@ -102,9 +102,9 @@ TEST(DiffusionObjective, SnrWeightsAreGiddsAndTheIsWeightScalesTheIsTerm) {
     z.index_put_({0, torch::indexing::Slice(0, 3)}, batch.tokens.index({0, torch::indexing::Slice(0, 3)}));
     const auto scores = objective.score(*model, batch, t, z);
 
-    ForwardArgs args;
+    WindowInputs args;
     args.mask = MaskMode::bidirectional;
-    const auto logits = model->forward(z, args).logits.to(torch::kDouble);
+    const auto logits = model->forward(z, args).to(torch::kDouble);
     const auto member = objective.support().member_mask(torch::kCPU);
     const auto support_ids = torch::nonzero(member).view({-1});
     const int64_t n = support_ids.numel();
@@ -157,10 +157,10 @@ TEST(ZLoss, AddsItsWeightTimesTheLogNormaliserSquaredAndLogsIt) {
                 1e-4 * plain.loss_sum.item<double>());
     if (name == "ar") {
       // log²Z of the causal logits at the real targets' positions.
-      ForwardArgs args;
+      WindowInputs args;
       args.mask = MaskMode::causal;
       const auto inputs = batch.tokens.narrow(1, 0, 11);
-      const auto log_z = torch::logsumexp(model->forward(inputs, args).logits.to(torch::kDouble), -1);
+      const auto log_z = torch::logsumexp(model->forward(inputs, args).to(torch::kDouble), -1);
       const auto real = batch.real.narrow(1, 1, 11) & batch.real.narrow(1, 0, 11);
       EXPECT_NEAR(z_sum, log_z.square().masked_select(real).sum().item<double>(), 1e-4 * z_sum);
     }

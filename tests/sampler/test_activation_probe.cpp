@@ -75,7 +75,7 @@ TEST(ActivationProbe, CausalPrefixesShareTheirActivationsAndBidirectionalOnesDoN
   model->tap_feed_forward_activations([&](int64_t layer, const torch::Tensor& a) { captured[layer] = a; });
   {
     torch::NoGradGuard no_grad;
-    ForwardArgs args;
+    WindowInputs args;
     model->forward(torch::tensor({{97, 98, 99, 100}}, torch::kLong), args);
   }
   model->tap_feed_forward_activations({});

@@ -40,7 +40,7 @@ std::vector<torch::Tensor> replay(LanguageModel& model, const std::vector<int32_
   std::vector<torch::Tensor> logits;
   for (int32_t token : generated) {
     const auto input = torch::tensor(sequence, torch::kLong).unsqueeze(0);
-    logits.push_back(model(input).logits[0][-1]);
+    logits.push_back(model(input)[0][-1]);
     sequence.push_back(token);
   }
   return logits;
@@ -193,7 +193,7 @@ TEST(ArSampler, NeverDrawsPaddingRowsOfTheVocabulary) {
   }
   {
     torch::NoGradGuard no_grad;
-    const auto full = model->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0)).logits;
+    const auto full = model->forward(torch::tensor({1, 2, 3}, torch::kLong).unsqueeze(0));
     ASSERT_GE(full[0][-1].argmax().item<int64_t>(), kSamplerVocab) << "the padding rows must be the likeliest";
   }
   const auto result = sample_autoregressive(model, kPrompts, options(1.0, 3));

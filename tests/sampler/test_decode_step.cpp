@@ -28,12 +28,8 @@ Prefilled prefill(LanguageModel& model, int64_t capacity) {
   const auto real = torch::tensor({{false, false, false, true, true}, {true, true, true, true, true}});
   const auto positions = torch::tensor({{0, 0, 0, 0, 1}, {0, 1, 2, 3, 4}}, torch::kLong);
   Prefilled out{model->make_kv_cache(2, capacity), torch::tensor({2, 5}, torch::kLong), {}};
-  ForwardArgs args;
-  args.positions = positions;
-  args.key_padding = real;
-  args.cache = &out.cache;
-  args.token_logits_only = true;
-  out.logits = model->forward(tokens, args).logits.select(1, -1);
+  const auto hidden = model->extend_cache(tokens, out.cache, {MaskMode::causal, positions, real});
+  out.logits = model->logits(hidden.select(1, -1), HeadRows::tokens);
   return out;
 }
 
@@ -44,15 +40,12 @@ TEST(FixedWindowDecoding, GivesTheGrowingCachesLogitsEveryStep) {
   auto fixed = prefill(model, 12);
   FixedWindowDecoder decoder(model, fixed.cache, 2, /*use_graph=*/false);
   EXPECT_FALSE(decoder.graphed());
-  ForwardArgs args;
-  args.cache = &growing.cache;
-  args.token_logits_only = true;
   auto expected = growing.logits;
   for (int64_t step = 0; step < 7; ++step) {  // fills the cache to its last slot
     const auto tokens = expected.argmax(-1);
     const auto positions = growing.lengths + step;
-    args.positions = positions.unsqueeze(1);
-    expected = model->forward(tokens.unsqueeze(1), args).logits.select(1, -1);
+    const auto hidden = model->extend_cache(tokens.unsqueeze(1), growing.cache, {MaskMode::causal, positions.unsqueeze(1), {}});
+    expected = model->logits(hidden.select(1, -1), HeadRows::tokens);
     const auto got = decoder.step(tokens, positions);
     ASSERT_EQ(fixed.cache.length(), growing.cache.length());
     EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "step " << step << ": max difference "

@@ -15,9 +15,9 @@ namespace {
 // log-softmax of the judge's float64 logits for `ids` [T] (causal), [T, V].
 torch::Tensor log_probs_of(LanguageModel& judge, const std::vector<int64_t>& ids) {
   torch::NoGradGuard no_grad;
-  ForwardArgs args;
+  WindowInputs args;
   args.mask = MaskMode::causal;
-  const auto logits = judge->forward(torch::tensor(ids, torch::kLong).unsqueeze(0), args).logits[0];
+  const auto logits = judge->forward(torch::tensor(ids, torch::kLong).unsqueeze(0), args)[0];
   return torch::log_softmax(logits.to(torch::kDouble), -1);
 }
 

@@ -93,7 +93,7 @@ TEST_F(ArTraining, LossIsMeanNextTokenNllOverRealTargets) {
   LossOutput out = objective->loss(*model, {tokens, real});
 
   // Oracle in float64: -log softmax(logits)[next token], over targets whose input and target are both real.
-  auto logits = model->forward(tokens.slice(1, 0, 8)).logits.to(torch::kDouble);
+  auto logits = model->forward(tokens.slice(1, 0, 8)).to(torch::kDouble);
   auto log_probs = torch::log_softmax(logits, -1);
   double sum = 0;
   int count = 0;
@@ -313,6 +313,65 @@ TEST_F(ArTraining, NonFiniteStepsAreSkippedAndTooManyStopTheRun) {
     message = e.what();
   }
   EXPECT_NE(message.find("2 consecutive steps had a non-finite loss"), std::string::npos) << message;
+}
+
+// Where AdamW runs its fused kernel the step-or-skip decision is taken on the device and the figures are read one
+// update late. The run is the one the host's decision makes, skips included: the same losses, weights, moments and
+// step counts, and the same events logged. A spike guard that can never fire (its limit is beyond any z-score of
+// a 6-update window) makes the host decide.
+TEST_F(ArTraining, DecidingOnTheDeviceTrainsAsDecidingOnTheHost) {
+  Config config = tiny_config(*corpus_);
+  config.train.log_interval = 3;
+  TinyRun s = make_setup(config);
+  Config host_config = config;
+  host_config.train.spike_window = 6;
+  host_config.train.spike_loss_z = 1e30;
+  TinyRun host_setup = make_setup(host_config);
+  const auto poisoned = [&] {
+    return std::make_unique<PoisonedObjective>(make_objective(config, ByteTokenizer()), std::set<int>{3, 5});
+  };
+  {
+    auto model = build_language_model(config.model, 256);
+    TrainingSession device_session(config, model, make_objective(config, ByteTokenizer()),
+                                   std::make_shared<ByteTokenizer>(), *corpus_ / "unused", torch::kCPU);
+    TrainingSession host_session(host_config, model, make_objective(config, ByteTokenizer()),
+                                 std::make_shared<ByteTokenizer>(), *corpus_ / "unused", torch::kCPU);
+    if (!device_session.decides_on_device()) GTEST_SKIP() << "this libtorch has no fused AdamW for the CPU";
+    ASSERT_FALSE(host_session.decides_on_device());
+  }
+  const auto on_device = train_run(s, *corpus_ / "decided_on_device", nullptr, poisoned());
+  const auto on_host = train_run(host_setup, *corpus_ / "decided_on_host", nullptr, poisoned());
+  EXPECT_EQ(on_device.size(), 6u);
+  EXPECT_EQ(on_device, on_host);
+
+  const auto events = [&](const std::string& run) {
+    std::vector<nlohmann::json> lines;
+    std::ifstream in(*corpus_ / run / "metrics.jsonl");
+    for (std::string line; std::getline(in, line);) {
+      auto record = nlohmann::json::parse(line);
+      if (record.value("split", "") != "train") continue;
+      record.erase("elapsed_s");
+      record.erase("tokens_per_s");
+      record.erase("tflops_per_s");
+      record.erase("peak_rss_mib");
+      record.erase("cpu_max_allocated_mib");
+      lines.push_back(record);
+    }
+    return lines;
+  };
+  EXPECT_EQ(events("decided_on_device"), events("decided_on_host"));
+  for (const char* step : {"step_000004", "step_000008"}) {
+    const auto device = load_checkpoint(*corpus_ / "decided_on_device" / "checkpoints" / step);
+    const auto host = load_checkpoint(*corpus_ / "decided_on_host" / "checkpoints" / step);
+    ASSERT_EQ(device.model.size(), host.model.size());
+    for (size_t k = 0; k < device.model.size(); ++k)
+      EXPECT_TRUE(torch::equal(device.model[k].second, host.model[k].second)) << step << " " << device.model[k].first;
+    ASSERT_EQ(device.optimizer.size(), host.optimizer.size());
+    for (size_t k = 0; k < device.optimizer.size(); ++k)
+      EXPECT_TRUE(torch::equal(device.optimizer[k].second, host.optimizer[k].second))
+          << step << " " << device.optimizer[k].first;
+    EXPECT_EQ(device.state.at("optimizer"), host.state.at("optimizer")) << step;
+  }
 }
 
 // A planted loss spike (x50 at step 9) is a z-score outlier of the 6 updates before it: the update is skipped and
