@@ -1,5 +1,6 @@
 #include "models/language_model.h"
 
+#include <map>
 #include <numeric>
 
 #include <fmt/format.h>
@@ -84,7 +85,9 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
 
   torch::NoGradGuard no_grad;
   const auto scheme = make_init_scheme(config);
-  for (auto& item : named_parameters()) scheme(item.key(), item.value(), role_of(item.key()));
+  auto parameters = named_parameters();
+  const auto roles = param_roles();  // in the same order
+  for (size_t k = 0; k < parameters.size(); ++k) scheme(roles[k].first, parameters[k].value(), roles[k].second);
   if (!init_scheme_follows_width(config)) scale_init_to_layer_widths();
 }
 
@@ -95,23 +98,20 @@ void LanguageModelImpl::scale_init_to_layer_widths() {
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     if (widths_[i] == config_.d_model) continue;
     const double factor = std::sqrt(static_cast<double>(config_.d_model) / static_cast<double>(widths_[i]));
+    const auto& block = blocks->at<BlockImpl>(i);
     for (auto& item : blocks[i]->named_parameters()) {
-      const ParamRole role = role_of("blocks." + std::to_string(i) + "." + item.key());
+      const ParamRole role = block.role_of(item.key());
       if (role == ParamRole::qk || role == ParamRole::vo || role == ParamRole::mlp) item.value().mul_(factor);
     }
   }
 }
 
 // A block's parameters get their roles from the block, which asks its parts (models/block_parts.h).
-ParamRole LanguageModelImpl::role_of(const std::string& name) const {
+// The parameters outside the blocks; param_roles asks each block for its own.
+ParamRole LanguageModelImpl::role_outside_blocks(const std::string& name) const {
   const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
   const bool is_bias = name.size() >= 5 && name.compare(name.size() - 5, 5, ".bias") == 0;
   if (is_bias || starts("final_adaln.")) return ParamRole::zero;
-  if (starts("blocks.")) {
-    const size_t dot = name.find('.', 7);
-    const auto layer = std::stoll(name.substr(7, dot - 7));
-    return blocks->at<BlockImpl>(layer).role_of(name.substr(dot + 1));
-  }
   // Routing queries, null sources and gates start at 0 (uniform depth mean; delta: the plain residual).
   if (starts("routing.")) return name.find("key_norm") != std::string::npos ? ParamRole::norm : ParamRole::zero;
   if (starts("final_norm.")) return ParamRole::norm;
@@ -123,8 +123,17 @@ ParamRole LanguageModelImpl::role_of(const std::string& name) const {
 }
 
 std::vector<std::pair<std::string, ParamRole>> LanguageModelImpl::param_roles() const {
+  std::map<std::string, ParamRole> in_blocks;  // by full name: each block names its own parameters' roles
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    const auto& block = blocks->at<BlockImpl>(i);
+    const std::string prefix = "blocks." + std::to_string(i) + ".";
+    for (const auto& item : block.named_parameters()) in_blocks.emplace(prefix + item.key(), block.role_of(item.key()));
+  }
   std::vector<std::pair<std::string, ParamRole>> roles;
-  for (const auto& item : named_parameters()) roles.emplace_back(item.key(), role_of(item.key()));
+  for (const auto& item : named_parameters()) {
+    const auto found = in_blocks.find(item.key());
+    roles.emplace_back(item.key(), found != in_blocks.end() ? found->second : role_outside_blocks(item.key()));
+  }
   return roles;
 }
 

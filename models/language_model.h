@@ -153,7 +153,7 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
     torch::Tensor write_slot;  // fixed-window decoding
   };
   torch::Tensor run(const torch::Tensor& tokens, const Pass& pass);
-  ParamRole role_of(const std::string& name) const;
+  ParamRole role_outside_blocks(const std::string& name) const;  // embeddings, head, final norm, routing, adaLN
   void scale_init_to_layer_widths();
   torch::Tensor embed_streams(const torch::Tensor& tokens);
   torch::Tensor run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
