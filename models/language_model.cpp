@@ -265,36 +265,24 @@ torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pa
 
   const auto embedding = embed_streams(tokens);
   const std::unique_ptr<ResidualStream> stream = start_stream_(embedding);
-  const bool checkpointing = checkpoint_every_ > 0 && is_training() && torch::GradMode::is_enabled() && !pass.cache;
+  const bool recomputable = is_training() && torch::GradMode::is_enabled() && !pass.cache;
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const auto block = blocks->ptr<BlockImpl>(i);
     const auto m = block->modulations(cond);
-    const bool recompute = checkpointing && i % checkpoint_every_ == 0;
     ResidualBranch mixer = [block, context = layer_contexts[i]](const torch::Tensor& x, const Modulation& mod) {
       return block->mixer_branch(x, context, mod);
     };
     ResidualBranch ffn = [block](const torch::Tensor& h, const Modulation& mod) { return block->ffn_branch(h, mod); };
-    stream->add(mixer_site(i),
-                run_branch(recompute, std::move(mixer), stream->input(mixer_site(i)), m[0], block, 2 * i));
-    stream->add(ffn_site(i), run_branch(recompute, std::move(ffn), stream->input(ffn_site(i)), m[1], block, 2 * i + 1));
+    stream->add(mixer_site(i), execution_.run(std::move(mixer), stream->input(mixer_site(i)), m[0], block,
+                                              node_auxiliary_, i, 2 * i, recomputable));
+    stream->add(ffn_site(i), execution_.run(std::move(ffn), stream->input(ffn_site(i)), m[1], block, node_auxiliary_,
+                                            i, 2 * i + 1, recomputable));
   }
   auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
   x = stream->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   if (pass.cache && !fixed_window) pass.cache->advance(slots);
   return x;
-}
-
-// A branch whose weights come and go needs its own autograd node once gradient is on: backward must find the
-// weights again (models/branch_node.h). Without gradient, holding them around the call is enough.
-torch::Tensor LanguageModelImpl::run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x,
-                                           const Modulation& m, const std::shared_ptr<BlockImpl>& block,
-                                           int64_t unit) {
-  if (recompute || (residency_ && torch::GradMode::is_enabled()))
-    return branch_node(std::move(branch), x, m, block, node_auxiliary_, {recompute, residency_, unit});
-  if (!residency_) return branch(x, m);
-  const ResidentUnits weights(residency_, {unit});
-  return branch(x, m);
 }
 
 std::vector<std::vector<torch::Tensor>> LanguageModelImpl::residency_units() const {
@@ -313,12 +301,6 @@ std::vector<std::vector<torch::Tensor>> LanguageModelImpl::residency_units() con
     add_trained(*block.ffn);
   }
   return units;
-}
-
-ResidentUnits LanguageModelImpl::whole_parameters() const {
-  std::vector<int64_t> all(residency_ ? static_cast<size_t>(2 * config_.n_layers) : 0);
-  std::iota(all.begin(), all.end(), 0);
-  return ResidentUnits(residency_, std::move(all));
 }
 
 // Copies of the tokens from every stream's table, stream 1 first, interleaved into slots.

@@ -18,6 +18,7 @@
 #include "config/config.h"
 #include "models/attention_mask.h"
 #include "models/auxiliary.h"
+#include "models/branch_execution.h"
 #include "models/branch_node.h"
 #include "models/hidden_streams.h"
 #include "models/init.h"
@@ -101,9 +102,9 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   // The head's weight [rows, d] (the token table when tied): logits = hidden · weightᵀ.
   torch::Tensor head_weight(HeadRows rows = HeadRows::vocabulary) const;
 
-  // Activation checkpointing in training forwards with gradient (docs/training.md): blocks 0, k, 2k, ... with
-  // every = k recompute their branches in backward; 0: none.
-  void set_activation_checkpointing(int64_t every) { checkpoint_every_ = every; }
+  // How the branches run from now on: recomputed in backward, with weights gathered around each use
+  // (models/branch_execution.h); a trainer's choice, the model only asks it.
+  void set_branch_execution(BranchExecution execution) { execution_ = std::move(execution); }
   AuxiliaryOutputs take_auxiliary() override { return std::exchange(node_auxiliary_, AuxiliaryOutputs{}); }
   // Every forward from now on calls tap(i, activations) with block i's feed-forward hidden activations [B, T, F];
   // an empty tap stops it. InputError naming the first block whose feed-forward has none (MoE).
@@ -113,11 +114,9 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   // the feed-forward's; everything else (embeddings, head, final norm, routing, adaLN, fixed tensors such as the
   // MoE selection bias) is in no unit.
   std::vector<std::vector<torch::Tensor>> residency_units() const;
-  // From now on every branch acquires its unit's weights from `residency` around each use (ZeRO stage 3,
-  // models/parameter_residency.h); null: the weights are always whole.
-  void set_parameter_residency(std::shared_ptr<ParameterResidency> residency) { residency_ = std::move(residency); }
-  // Every unit whole while the result lives (generation, checkpoint writing); nothing without a residency.
-  ResidentUnits whole_parameters() const;
+  // Every unit whole while the result lives (generation, checkpoint writing); nothing where the branch execution
+  // has no residency.
+  ResidentUnits whole_parameters() const { return execution_.whole(2 * config_.n_layers); }
 
   // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
   KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
@@ -156,8 +155,6 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   ParamRole role_outside_blocks(const std::string& name) const;  // embeddings, head, final norm, routing, adaLN
   void scale_init_to_layer_widths();
   torch::Tensor embed_streams(const torch::Tensor& tokens);
-  torch::Tensor run_branch(bool recompute, ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
-                           const std::shared_ptr<BlockImpl>& block, int64_t unit);
 
   ModelConfig config_;
   int64_t vocab_size_;
@@ -166,8 +163,7 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   StreamLayout streams_;
   ResidualStreamStarter start_stream_;  // plain, routed or width-varying: decided once, at construction
   torch::Tensor rope_omega_;  // RoPE frequencies of the model width, float64, on the device of the last forward
-  int64_t checkpoint_every_ = 0;
-  std::shared_ptr<ParameterResidency> residency_;
+  BranchExecution execution_;
   AuxiliaryOutputs node_auxiliary_;
 };
 TORCH_MODULE(LanguageModel);

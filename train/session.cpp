@@ -80,7 +80,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   model_->to(device_);
   if (config_.run.param_dtype == "bf16") cast_parameters(*model_, torch::kBFloat16);
-  model_->set_activation_checkpointing(config_.train.activation_checkpointing);
+  model_->set_branch_execution(BranchExecution(config_.train.activation_checkpointing, nullptr));
   auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
   if (auto own = objective_->trainable()) {
     own->to(device_);
@@ -406,7 +406,7 @@ TrainResult TrainingSession::run(StepSource& source) {
   if (gathering_) {
     // From here each rank keeps its own branch weights only (docs/training.md, "ZeRO").
     gathering_->release_foreign_weights();
-    model_->set_parameter_residency(gathering_);
+    model_->set_branch_execution(BranchExecution(config_.train.activation_checkpointing, gathering_));
   }
 
   auto evaluate = [&](int64_t done) {
@@ -452,7 +452,7 @@ TrainResult TrainingSession::run(StepSource& source) {
   }
   if (gathering_) {
     gathering_->make_whole_for_good();
-    model_->set_parameter_residency(nullptr);
+    model_->set_branch_execution(BranchExecution(config_.train.activation_checkpointing, nullptr));
   }
   if (progress) progress->finish(step_ - first_step, fmt::format("step {}/{}", step_, train.steps));
   log_.reset();

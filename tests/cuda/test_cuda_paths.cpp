@@ -447,7 +447,7 @@ TEST(Cuda, CheckpointedBlocksRerunUnderTheForwardsAutocast) {
   model->to(torch::kCUDA);
   const auto tokens = random_tokens().to(torch::kCUDA);
   auto grads_with = [&](int64_t every) {
-    model->set_activation_checkpointing(every);
+    model->set_branch_execution(BranchExecution(every, nullptr));
     model->zero_grad();
     torch::Tensor loss;
     {

@@ -73,12 +73,9 @@ Pass forward_backward(const ModelConfig& config, int64_t checkpoint_every, bool 
   torch::manual_seed(7);
   auto model = build_language_model(config, kVocab);
   model->train();
-  model->set_activation_checkpointing(checkpoint_every);
   std::shared_ptr<ReleasingResidency> residency;
-  if (released) {
-    residency = std::make_shared<ReleasingResidency>(model->residency_units());
-    model->set_parameter_residency(residency);
-  }
+  if (released) residency = std::make_shared<ReleasingResidency>(model->residency_units());
+  model->set_branch_execution(BranchExecution(checkpoint_every, residency));
   const auto tokens = torch::randint(kVocab, {3, 24}, torch::kLong);
   const auto targets = torch::randint(kVocab, {3, 24}, torch::kLong);
   WindowInputs args;
