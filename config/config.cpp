@@ -131,6 +131,12 @@ void check_field_value(Config& config, const FieldSpec& field, const std::string
                                          *slot, fmt::join(c, ", "),
                                          hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
           }
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+          for (size_t i = 0; field.no_empty_entries && i < slot->size(); ++i)
+            if ((*slot)[i].empty())
+              throw InputError(fmt::format("key '{}' at {} has an empty string at position {}, which would match "
+                                           "everywhere: remove it",
+                                           field.name(), location, i + 1));
         }
       },
       field.slot(config));

@@ -26,6 +26,10 @@ struct FieldBuilder {
     spec.choices = std::move(values);
     return *this;
   }
+  FieldBuilder& no_empty_entries() {
+    spec.no_empty_entries = true;
+    return *this;
+  }
 };
 
 template <typename Section, typename T, typename D>
@@ -386,7 +390,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(rl, temperature, 1.0, "Rollout temperature; the trainer's log-probs use it too.")
           .range(1e-3, 100),
       INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").positive_up_to(1),
-      INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos)."),
+      INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos).")
+          .no_empty_entries(),
       INKSTONE_FIELD(rl, reference, "initial", "initial: a frozen copy of the initial policy; old: the rollout "
                      "policy (drift d = 0).")
           .one_of({"initial", "old"}),

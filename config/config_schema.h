@@ -24,6 +24,7 @@ struct FieldSpec {
   std::optional<double> max;
   bool min_exclusive = false;        // (min, max]: a value that must be positive
   std::vector<std::string> choices;  // strings: the allowed values, when restricted
+  bool no_empty_entries = false;     // string lists: an empty entry is refused (it would match everywhere)
 
   std::string name() const { return section + "." + key; }
   std::string type_name() const;

@@ -64,6 +64,7 @@ std::string accepted(const FieldSpec& field) {
   if (field.min && field.max)
     return fmt::format("{}{}, {}]", field.min_exclusive ? "(" : "[", number(*field.min), number(*field.max));
   if (field.min) return fmt::format("{} {}", field.min_exclusive ? ">" : "≥", number(*field.min));
+  if (field.no_empty_entries) return "non-empty strings";
   return "";
 }
 

@@ -99,6 +99,15 @@ TEST(FiniteSettings, NanAndInfinityAreRefusedByKey) {
   }
 }
 
+// An empty stop string would end every completion after its first token: refused by key.
+TEST(FiniteSettings, AnEmptyStopStringIsRefusedByKey) {
+  const auto message = testing::input_error_of(
+      [&] { config_from_string("", "cfg.toml", {"rl.stop=[\"=\", \"\"]"}); });
+  EXPECT_NE(message.find("key 'rl.stop'"), std::string::npos) << message;
+  EXPECT_NE(message.find("empty string at position 2"), std::string::npos) << message;
+  EXPECT_NO_THROW(config_from_string("", "cfg.toml", {"rl.stop=[\"=\"]"}));
+}
+
 // A resumed run is the same run: a change to what it is (objective, data shape, optimizer) is refused by key before
 // anything trains; a longer run or another cadence is taken and logged; a finished run is refused.
 TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
