@@ -1,14 +1,32 @@
 // The `inkstone` subcommands: each tools/cmd_*.cpp adds one subcommand to the app and sets the action to run.
 #pragma once
+#include <charconv>
 #include <cstdint>
 #include <functional>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 namespace inkstone::cli {
 
-// Bounds of a count option, named in its error (CLI11's PositiveNumber prints 1.8e308 in full as its bound).
-inline CLI::Range count_range(int64_t min, int64_t max) { return CLI::Range(min, max); }
+// Bounds of an integer option, named in its error (CLI11's PositiveNumber prints 1.8e308 in full as its bound).
+// The text is read here: CLI::Range reads it through a conversion that clamps an integer beyond int64 to the
+// largest one, which a range up to INT64_MAX then accepts (a --seed of 2^63 became 2^63 − 1 without a word).
+inline CLI::Validator count_range(int64_t min, int64_t max) {
+  const std::string bounds = "[" + std::to_string(min) + " - " + std::to_string(max) + "]";
+  return CLI::Validator(
+      [min, max, bounds](std::string& text) -> std::string {
+        const char* first = text.data() + (!text.empty() && text[0] == '+' ? 1 : 0);
+        const char* last = text.data() + text.size();
+        int64_t value = 0;
+        const auto [end, error] = std::from_chars(first, last, value);
+        if (error == std::errc::invalid_argument || end != last) return {};  // not an integer: the conversion says so
+        if (error == std::errc::result_out_of_range || value < min || value > max)
+          return "Value " + text + " not in range " + bounds;
+        return {};
+      },
+      "INT in " + bounds);
+}
 
 // The action the parsed subcommand runs; it returns the process exit code.
 using Action = std::function<int()>;

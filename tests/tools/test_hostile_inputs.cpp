@@ -245,7 +245,8 @@ TEST_F(HostileInputs, OutOfRangeOptionsAreRefusedByName) {
       {"--num", "0"},          {"--num", "-3"},           {"--num", "99999999999999999999"},
       {"--temperature", "nan"}, {"--temperature", "-1"},   {"--top-p", "0"},
       {"--top-p", "nan"},      {"--max-new-tokens", "100000"}, {"--steps", "0"},
-      {"--seed", "-1"},        {"--device", "cuda:99999999999"}, {"--prompt", std::string(100000, 'a')},
+      {"--seed", "-1"},        {"--seed", "9223372036854775808"}, {"--seed", "+99999999999999999999"},
+      {"--device", "cuda:99999999999"}, {"--prompt", std::string(100000, 'a')},
       {"--infill", "a {{99999999999999999999}} b"}};
   for (const auto& extra : samples) {
     std::vector<std::string> args = {"sample", "--run-dir", run};
