@@ -106,7 +106,6 @@ void LanguageModelImpl::scale_init_to_layer_widths() {
   }
 }
 
-// A block's parameters get their roles from the block, which asks its parts (models/block_parts.h).
 // The parameters outside the blocks; param_roles asks each block for its own.
 ParamRole LanguageModelImpl::role_outside_blocks(const std::string& name) const {
   const auto starts = [&](const char* prefix) { return name.rfind(prefix, 0) == 0; };
@@ -122,6 +121,7 @@ ParamRole LanguageModelImpl::role_outside_blocks(const std::string& name) const 
   throw std::logic_error("parameter without an init role: " + name);
 }
 
+// A block's parameters get their roles from the block, which asks its parts (models/block_parts.h).
 std::vector<std::pair<std::string, ParamRole>> LanguageModelImpl::param_roles() const {
   std::map<std::string, ParamRole> in_blocks;  // by full name: each block names its own parameters' roles
   for (size_t i = 0; i < blocks->size(); ++i) {
@@ -154,41 +154,22 @@ void LanguageModelImpl::tap_feed_forward_activations(const std::function<void(in
 }
 
 torch::Tensor LanguageModelImpl::hidden_states(const torch::Tensor& tokens, const WindowInputs& inputs) {
-  Pass pass;
-  pass.mask = inputs.mask;
-  pass.noise_level = inputs.noise_level;
-  pass.positions = inputs.positions;
-  pass.key_padding = inputs.key_padding;
-  pass.documents = inputs.documents;
-  return run(tokens, pass);
+  return run(tokens, {inputs.mask, inputs.noise_level, inputs.positions, inputs.key_padding, inputs.documents});
 }
 
 torch::Tensor LanguageModelImpl::hidden_states_under_rule(const torch::Tensor& tokens, const RuleInputs& inputs) {
   TORCH_CHECK(inputs.allowed.defined(), "an attention rule is required");
-  Pass pass;
-  pass.mask = MaskMode::bidirectional;  // what the convolutions would read; the rule's models have none
-  pass.allowed = inputs.allowed;
-  pass.positions = inputs.positions;
-  pass.key_padding = inputs.key_padding;
-  return run(tokens, pass);
+  // Bidirectional is what convolutions would read; the rule's models have none.
+  return run(tokens, {MaskMode::bidirectional, {}, inputs.positions, inputs.key_padding, {}, inputs.allowed});
 }
 
 torch::Tensor LanguageModelImpl::extend_cache(const torch::Tensor& tokens, KVCache& cache, const CacheInputs& inputs) {
-  Pass pass;
-  pass.mask = inputs.mask;
-  pass.positions = inputs.positions;
-  pass.key_padding = inputs.key_padding;
-  pass.cache = &cache;
-  return run(tokens, pass);
+  return run(tokens, {inputs.mask, {}, inputs.positions, inputs.key_padding, {}, {}, &cache});
 }
 
 torch::Tensor LanguageModelImpl::decode_at_slot(const torch::Tensor& tokens, const torch::Tensor& positions,
                                                 KVCache& cache, const torch::Tensor& slot) {
-  Pass pass;
-  pass.positions = positions;
-  pass.cache = &cache;
-  pass.write_slot = slot;
-  return run(tokens, pass);
+  return run(tokens, {MaskMode::causal, {}, positions, {}, {}, {}, &cache, slot});
 }
 
 torch::Tensor LanguageModelImpl::logits(const torch::Tensor& hidden, HeadRows rows) const {

@@ -57,6 +57,28 @@ void add_memory(nlohmann::json& line, torch::Device device) {
   }
 }
 
+// An update's four figures in the order the host reads them (UpdateResult from_figures).
+torch::Tensor update_figures(const AccumulatedStep& sums, const torch::Tensor& grad_norm,
+                             const torch::Tensor& weights_finite) {
+  return torch::stack({sums.loss_sum.to(torch::kDouble), sums.count.to(torch::kDouble), grad_norm.to(torch::kDouble),
+                       weights_finite.to(torch::kDouble)});
+}
+
+// The update of `step` from its figures on the host; weights found non-finite end the run, naming the update of
+// `broken_step` (the host path reads the previous update's finiteness, the device path the update's own).
+UpdateResult from_figures(int64_t step, const torch::Tensor& host_figures, AccumulatedStep sums,
+                          int64_t broken_step) {
+  const double* figures = host_figures.data_ptr<double>();
+  if (figures[3] == 0.0) throw non_finite_update(broken_step);
+  UpdateResult u;
+  u.step = step;
+  u.units = figures[1];
+  u.loss = figures[0] / std::max(u.units, 1.0);
+  u.grad_norm = figures[2];
+  u.sums = std::move(sums);
+  return u;
+}
+
 }  // namespace
 
 NonFiniteError non_finite_update(int64_t step) {
@@ -282,17 +304,8 @@ UpdateResult TrainingSession::update_deciding_on_host(const std::vector<Batch>& 
   Gradients g = accumulate(micro_batches, lr);
   // The decision needs these on the host, and the previous update's finiteness rides along: one transfer (one
   // device sync) per update.
-  const auto host = torch::stack({g.sums.loss_sum.to(torch::kDouble), g.sums.count.to(torch::kDouble),
-                                  g.grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)})
-                        .cpu();
-  const double* figures = host.data_ptr<double>();
-  if (figures[3] == 0.0) throw non_finite_update(step);
-  UpdateResult u;
-  u.step = step;
-  u.units = figures[1];
-  u.loss = figures[0] / std::max(u.units, 1.0);
-  u.grad_norm = figures[2];
-  u.sums = std::move(g.sums);
+  const auto host_figures = update_figures(g.sums, g.grad_norm, weights_finite_).cpu();
+  UpdateResult u = from_figures(step, host_figures, std::move(g.sums), step);
   u.applied = judge(u);
   if (u.applied) {
     take_step({});
@@ -312,9 +325,8 @@ void TrainingSession::queue_update_deciding_on_device(const std::vector<Batch>& 
   const auto step_taken = g.sums.loss_sum.isfinite().logical_and(g.grad_norm.isfinite()).logical_and(g.sums.count > 0);
   const auto skip = step_taken.logical_not().to(torch::kFloat);
   std::vector<torch::Tensor> counted = take_step(skip);
-  const auto figures = torch::stack({g.sums.loss_sum.to(torch::kDouble), g.sums.count.to(torch::kDouble),
-                                     g.grad_norm.to(torch::kDouble), weights_finite_.to(torch::kDouble)});
-  pending_.push_back({step, std::move(g.sums), HostCopy(figures), std::move(counted)});
+  pending_.push_back(
+      {step, g.sums, HostCopy(update_figures(g.sums, g.grad_norm, weights_finite_)), std::move(counted)});
 }
 
 std::vector<UpdateResult> TrainingSession::settle_pending(size_t keep) {
@@ -322,14 +334,7 @@ std::vector<UpdateResult> TrainingSession::settle_pending(size_t keep) {
   while (pending_.size() > keep) {
     PendingUpdate p = std::move(pending_.front());
     pending_.pop_front();
-    const double* figures = p.figures.values().data_ptr<double>();
-    if (figures[3] == 0.0) throw non_finite_update(p.step + 1);
-    UpdateResult u;
-    u.step = p.step;
-    u.units = figures[1];
-    u.loss = figures[0] / std::max(u.units, 1.0);
-    u.grad_norm = figures[2];
-    u.sums = std::move(p.sums);
+    UpdateResult u = from_figures(p.step, p.figures.values(), std::move(p.sums), p.step + 1);
     u.applied = judge(u);
     if (!u.applied) optimizer_->uncount(p.counted);
     settled.push_back(std::move(u));
