@@ -227,7 +227,7 @@ SamplingSetup sampling_setup(const BenchArgs& a, const std::string& objective, i
   s.model = cli::build_model_for(s.config, *s.ctx.tokenizer, s.ctx.device);
   s.model->to(s.ctx.device);
   s.model->eval();
-  if (s.config.run.param_dtype == "bf16") cast_parameters(*s.model, torch::kBFloat16);  // as `sample --param-dtype`
+  if (s.config.run.param_dtype == FloatFormat::bf16) cast_parameters(*s.model, torch::kBFloat16);  // as `sample --param-dtype`
   return s;
 }
 

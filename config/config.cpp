@@ -63,6 +63,16 @@ std::string value_text(const toml::node& node) {
   return out.str();
 }
 
+// The index of `text` among the field's allowed values, or an error naming them (and the closest, if any).
+size_t choice_index(const FieldSpec& field, const std::string& text, const std::string& location) {
+  const auto& c = field.choices;
+  const auto found = std::find(c.begin(), c.end(), text);
+  if (found != c.end()) return static_cast<size_t>(found - c.begin());
+  const std::string hint = suggestion(text, c);
+  throw InputError(fmt::format("key '{}' at {} is '{}', must be one of: {}{}", field.name(), location, text,
+                               fmt::join(c, ", "), hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
+}
+
 // Stores one TOML value into its typed slot, or throws naming where it came from.
 void assign(Config& config, const FieldSpec& field, const toml::node& node, const std::string& location) {
   auto wrong_type = [&] {
@@ -70,9 +80,12 @@ void assign(Config& config, const FieldSpec& field, const toml::node& node, cons
                                   value_text(node)));
   };
   std::visit(
-      [&](auto* slot) {
+      [&](auto slot) {
         using T = std::remove_pointer_t<decltype(slot)>;
-        if constexpr (std::is_same_v<T, int64_t>) {
+        if constexpr (std::is_same_v<T, ChoiceSlot>) {
+          if (!node.is_string()) throw wrong_type();
+          slot.set(choice_index(field, node.as_string()->get(), location));
+        } else if constexpr (std::is_same_v<T, int64_t>) {
           if (!node.is_integer()) throw wrong_type();
           *slot = node.as_integer()->get();
         } else if constexpr (std::is_same_v<T, double>) {
@@ -119,18 +132,12 @@ void check_number(const FieldSpec& field, double value, const std::string& locat
 
 void check_field_value(Config& config, const FieldSpec& field, const std::string& location) {
   std::visit(
-      [&](auto* slot) {
+      [&](auto slot) {
         using T = std::remove_pointer_t<decltype(slot)>;
         if constexpr (std::is_same_v<T, int64_t> || std::is_same_v<T, double>) {
           check_number(field, static_cast<double>(*slot), location);
         } else if constexpr (std::is_same_v<T, std::string>) {
-          const auto& c = field.choices;
-          if (!c.empty() && std::find(c.begin(), c.end(), *slot) == c.end()) {
-            std::string hint = suggestion(*slot, c);
-            throw InputError(fmt::format("key '{}' at {} is '{}', must be one of: {}{}", field.name(), location,
-                                         *slot, fmt::join(c, ", "),
-                                         hint.empty() ? "" : fmt::format("; did you mean '{}'?", hint)));
-          }
+          if (!field.choices.empty()) choice_index(field, *slot, location);
         } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           for (size_t i = 0; field.no_empty_entries && i < slot->size(); ++i)
             if ((*slot)[i].empty())
@@ -146,9 +153,12 @@ Config default_config() {
   Config config;
   for (const auto& field : config_schema()) {
     std::visit(
-        [&](auto* slot) {
+        [&](auto slot) {
           using T = std::remove_pointer_t<decltype(slot)>;
-          *slot = std::get<T>(field.default_value);
+          if constexpr (std::is_same_v<T, ChoiceSlot>)
+            slot.set(choice_index(field, std::get<std::string>(field.default_value), "the schema"));
+          else
+            *slot = std::get<T>(field.default_value);
         },
         field.slot(config));
   }
@@ -194,20 +204,13 @@ void apply_table(Config& config, const toml::table& root, const std::string& ori
 
 // A layer pattern (models/layer_pattern.h): letters (from `allowed` when given; the block patterns' letters are
 // the block registry's, models/block_registry.h), spaces ignored, tiled over n_layers.
-// Block diffusion feeds [x_0 | x_t] with a block-causal rule: every token mixer must be attention (a convolution
-// over time would carry x_t into x_0), the noise level cannot be one per sequence, and windows hold whole blocks.
+// Block diffusion draws a noise level per block of whole blocks per window (its objective and token-mixer
+// conditions are the objective registry's, objectives/registry.cpp).
 void check_block_diffusion(const Config& c) {
   const auto& m = c.model;
   const int64_t block = c.diffusion.block_size;
-  if (c.objective.name != "uniform_diffusion" && c.objective.name != "masked_diffusion")
-    throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective, not objective.name = '{}'",
-                                 block, c.objective.name));
   if (c.data.seq_len % block != 0)
     throw InputError(fmt::format("diffusion.block_size = {} must divide data.seq_len = {}", block, c.data.seq_len));
-  if (m.mixer_pattern.find_first_not_of('A') != std::string::npos || m.qkv_conv || m.hidden_streams > 1)
-    throw InputError(fmt::format("diffusion.block_size = {} needs attention-only token mixing (model.mixer_pattern "
-                                 "of 'A', no qkv_conv, one hidden stream)",
-                                 block));
   if (m.time_conditioning)
     throw InputError(fmt::format("diffusion.block_size = {} draws a t per block; it needs model.time_conditioning "
                                  "= false",
@@ -261,12 +264,6 @@ void check_hidden_streams(const ModelConfig& m) {
   if (m.qkv_conv)
     throw InputError(fmt::format("model.qkv_conv with model.hidden_streams = {} is not supported: the conv would mix "
                                  "the streams of stream-local layers", m.hidden_streams));
-  // Hidden decoding needs a layer across streams: without one the last copy of a token cannot read the others.
-  const bool crosses = m.hidden_local_sees_token || m.mixer_pattern.find('C') != std::string::npos ||
-                       m.hidden_attention.find('X') != std::string::npos;
-  if (!crosses)
-    fmt::print(stderr, "warning: model.hidden_attention = \"{}\" has no cross-stream layer (X) and no short conv: "
-               "the last of the {} streams ignores the others\n", m.hidden_attention, m.hidden_streams);
 }
 
 // Rules that involve several keys.
@@ -302,23 +299,9 @@ void validate(const Config& c) {
     throw InputError(fmt::format("rl.mini_batches = {} must divide rl.prompts_per_step = {} (a mini-batch holds "
                                  "whole groups)",
                                  c.rl.mini_batches, c.rl.prompts_per_step));
-  if (c.grpo.kl_coef > 0 && c.rl.reference != "initial")
+  if (c.grpo.kl_coef > 0 && c.rl.reference != ReferencePolicy::initial)
     throw InputError("grpo.kl_coef > 0 needs rl.reference = \"initial\": the KL to the rollout policy is not a "
                      "penalty");
-  // GFlowRL's asymmetric clipping: correct answers are under-sampled early, so raising them should be allowed the
-  // larger step.
-  // Keys an objective would otherwise ignore silently.
-  const bool windows_objective = c.objective.name == "ar" || c.objective.name == "uniform_diffusion" ||
-                                 c.objective.name == "masked_diffusion";
-  if (c.objective.z_loss > 0 && !windows_objective)
-    throw InputError(fmt::format("objective.z_loss = {} applies to ar, uniform_diffusion and masked_diffusion, not "
-                                 "objective.name = '{}'",
-                                 c.objective.z_loss, c.objective.name));
-  if ((c.data.inject_step > 0 || !c.metrics.watch_text.empty()) && !windows_objective)
-    throw InputError(
-        fmt::format("data.inject_step and metrics.watch_text apply to objectives that train on token "
-                    "windows (ar, uniform_diffusion, masked_diffusion), not objective.name = '{}'",
-                    c.objective.name));
   if ((c.data.inject_step > 0) != !c.data.inject_text.empty())
     throw InputError("data.inject_text and data.inject_step go together: both set, or neither");
   if (c.data.inject_step > c.train.steps)
@@ -327,13 +310,6 @@ void validate(const Config& c) {
   if (c.data.inject_row >= c.train.batch_size)
     throw InputError(fmt::format("data.inject_row = {} is outside a batch of train.batch_size = {} rows",
                                  c.data.inject_row, c.train.batch_size));
-  if (c.diffusion.is_weight != 1.0 && c.objective.name != "uniform_diffusion")
-    throw InputError(fmt::format("diffusion.is_weight = {} weights uniform noise's IS term; objective.name = '{}' "
-                                 "has none",
-                                 c.diffusion.is_weight, c.objective.name));
-  if (c.objective.name == "gflowrl" && c.gflowrl.push_up < c.gflowrl.push_down)
-    fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
-               c.gflowrl.push_up, c.gflowrl.push_down);
   for (const auto& group : c.optim.no_decay) {
     static const std::vector<std::string> groups = {"norm", "bias", "embedding"};
     if (std::find(groups.begin(), groups.end(), group) == groups.end())
@@ -388,9 +364,11 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
 std::string field_to_toml(Config& config, const FieldSpec& field) {
   std::ostringstream value;
   std::visit(
-      [&](auto* slot) {
+      [&](auto slot) {
         using T = std::remove_pointer_t<decltype(slot)>;
-        if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+        if constexpr (std::is_same_v<T, ChoiceSlot>) {
+          value << toml::value<std::string>(field.choices.at(slot.get()));
+        } else if constexpr (std::is_same_v<T, std::vector<std::string>>) {
           toml::array items;
           for (const auto& s : *slot) items.push_back(s);
           value << items;

@@ -1,19 +1,60 @@
 // Typed run configuration: one struct per TOML section. Defaults, documentation and ranges live in
 // config/config_schema.cpp, the single place that describes every key.
 #pragma once
+#include <array>
+#include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
 namespace inkstone {
+
+// Keys with a fixed set of values are parsed once into an enum; ChoiceNames<E>::names spells its values, in
+// declaration order, as the TOML does (the schema's allowed values and config_to_toml read them there).
+template <typename Choice>
+struct ChoiceNames;
+#define INKSTONE_CHOICE(Choice, ...)                           \
+  template <>                                                  \
+  struct ChoiceNames<Choice> {                                 \
+    static constexpr auto names = std::array{__VA_ARGS__};     \
+  }
+
+enum class FloatFormat { fp32, bf16 };  // run.precision, run.param_dtype
+INKSTONE_CHOICE(FloatFormat, "fp32", "bf16");
+enum class ReferencePolicy { initial, old };  // rl.reference
+INKSTONE_CHOICE(ReferencePolicy, "initial", "old");
+enum class ImportanceRatio { raw, geometric };  // gflowrl.is_ratio (docs/rl.md)
+INKSTONE_CHOICE(ImportanceRatio, "raw", "geometric");
+enum class LengthNorm { none, both, paper };  // gflowrl.norm (docs/rl.md, "Length normalisation")
+INKSTONE_CHOICE(LengthNorm, "none", "both", "paper");
+enum class RewardScale { group, none };  // grpo.scale_rewards
+INKSTONE_CHOICE(RewardScale, "group", "none");
+// grpo.aggregation (docs/rl.md, "Loss aggregation")
+enum class LossAggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, dr_grpo };
+INKSTONE_CHOICE(LossAggregation, "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo");
+#undef INKSTONE_CHOICE
+
+// A choice's value as the config spells it, and the value a text spells (none if it spells none).
+template <typename Choice>
+const char* choice_name(Choice value) {
+  return ChoiceNames<Choice>::names.at(static_cast<size_t>(value));
+}
+template <typename Choice>
+std::optional<Choice> choice_named(const std::string& text) {
+  const auto& names = ChoiceNames<Choice>::names;
+  for (size_t i = 0; i < names.size(); ++i)
+    if (text == names[i]) return static_cast<Choice>(i);
+  return std::nullopt;
+}
 
 struct RunConfig {
   std::string name;
   int64_t seed;
   std::string run_dir;    // empty: runs/<name>
   std::string device;     // auto | cpu | cuda
-  std::string precision;    // fp32 | bf16 (bf16 autocast on CUDA)
-  std::string param_dtype;  // fp32 | bf16 (bf16 weights and gradients; the optimizer steps fp32 master copies)
+  FloatFormat precision;    // bf16: autocast on CUDA
+  FloatFormat param_dtype;  // bf16: bf16 weights and gradients; the optimizer steps fp32 master copies
   int64_t threads;        // libtorch intra-op threads
   bool tf32;              // CUDA: fp32 matmuls and convolutions on TF32 tensor cores
 };
@@ -125,7 +166,7 @@ struct RlConfig {
   double temperature;                 // rollouts and the trainer's log-probs
   double top_p;
   std::vector<std::string> stop;      // a completion ends after the first of these strings
-  std::string reference;              // initial: frozen copy of the initial policy | old: the rollout policy
+  ReferencePolicy reference;          // initial: frozen copy of the initial policy | old: the rollout policy
   int64_t eval_prompts;
   int64_t eval_samples;               // k samples per held-out problem (pass@1 = mean, pass@k for powers of 2)
   double eval_temperature;
@@ -137,8 +178,8 @@ struct GflowrlConfig {
   double push_up;            // flow-gap clip bound on the side that raises log pi (g < 0)
   double push_down;          // bound on the side that lowers it (g > 0)
   double is_eps;             // IS weight cap 1 + is_eps
-  std::string is_ratio;      // raw | geometric
-  std::string norm;          // none | both | paper
+  ImportanceRatio is_ratio;
+  LengthNorm norm;
   bool filter_degenerate;    // drop groups whose rewards are all equal
   double tis_cap;            // truncated IS against rollout/trainer drift; 0: off
 };
@@ -147,9 +188,9 @@ struct GflowrlConfig {
 struct GrpoConfig {
   double eps_low;
   double eps_high;
-  std::string scale_rewards;  // group | none
+  RewardScale scale_rewards;
   double adv_eps;
-  std::string aggregation;    // token_mean | seq_mean_token_mean | seq_mean_token_sum | dr_grpo
+  LossAggregation aggregation;
   double kl_coef;             // k3 KL to the reference; 0: off
 };
 

@@ -44,8 +44,29 @@ FieldBuilder field(const char* section, const char* key, Section Config::*sec, T
   return FieldBuilder{std::move(s)};
 }
 
+// A key parsed into an enum: its allowed values are the enum's names (config.h, ChoiceNames).
+template <typename Section, typename Choice>
+FieldBuilder choice(const char* section, const char* key, Section Config::*sec, Choice Section::*member, Choice def,
+                    const char* doc) {
+  FieldSpec s;
+  s.section = section;
+  s.key = key;
+  s.default_value = std::string(choice_name(def));
+  s.doc = doc;
+  const auto& names = ChoiceNames<Choice>::names;
+  s.choices.assign(names.begin(), names.end());
+  s.slot = [sec, member](Config& c) -> FieldSlot {
+    Choice* value = &((c.*sec).*member);
+    return ChoiceSlot{[value] { return static_cast<size_t>(*value); },
+                      [value](size_t index) { *value = static_cast<Choice>(index); }};
+  };
+  return FieldBuilder{std::move(s)};
+}
+
 #define INKSTONE_FIELD(sec, key, def, doc) \
   field(#sec, #key, &Config::sec, &decltype(Config::sec)::key, def, doc)
+#define INKSTONE_CHOICE_FIELD(sec, key, def, doc) \
+  choice(#sec, #key, &Config::sec, &decltype(Config::sec)::key, def, doc)
 
 std::vector<FieldSpec> build_schema() {
   using Strings = std::vector<std::string>;
@@ -56,14 +77,12 @@ std::vector<FieldSpec> build_schema() {
           .at_least(0),
       INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
       INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
-      INKSTONE_FIELD(run, precision, "fp32",
-                     "bf16: the forward runs under bf16 autocast on CUDA (matmuls in bf16, softmax and norms in "
-                     "fp32); CPU runs ignore it.")
-          .one_of({"fp32", "bf16"}),
-      INKSTONE_FIELD(run, param_dtype, "fp32",
-                     "bf16: weights, gradients and activations are stored in bf16 on any device and AdamW steps "
-                     "fp32 master copies with fp32 moments (sharded with distributed.zero_stage >= 1).")
-          .one_of({"fp32", "bf16"}),
+      INKSTONE_CHOICE_FIELD(run, precision, FloatFormat::fp32,
+                            "bf16: the forward runs under bf16 autocast on CUDA (matmuls in bf16, softmax and norms "
+                            "in fp32); CPU runs ignore it."),
+      INKSTONE_CHOICE_FIELD(run, param_dtype, FloatFormat::fp32,
+                            "bf16: weights, gradients and activations are stored in bf16 on any device and AdamW "
+                            "steps fp32 master copies with fp32 moments (sharded with distributed.zero_stage >= 1)."),
       INKSTONE_FIELD(run, threads, int64_t{1},
                      "libtorch intra-op threads; 1 is fastest for small models on 2 cores (measured).")
           .range(1, 1024),
@@ -392,9 +411,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(rl, top_p, 1.0, "Rollout nucleus mass.").positive_up_to(1),
       INKSTONE_FIELD(rl, stop, Strings{}, "A completion ends after the first of these strings (and at eos).")
           .no_empty_entries(),
-      INKSTONE_FIELD(rl, reference, "initial", "initial: a frozen copy of the initial policy; old: the rollout "
-                     "policy (drift d = 0).")
-          .one_of({"initial", "old"}),
+      INKSTONE_CHOICE_FIELD(rl, reference, ReferencePolicy::initial,
+                            "initial: a frozen copy of the initial policy; old: the rollout policy (drift d = 0)."),
       INKSTONE_FIELD(rl, eval_prompts, int64_t{64}, "Held-out problems per evaluation.").at_least(1),
       INKSTONE_FIELD(rl, eval_samples, int64_t{8}, "Samples per held-out problem (pass@1 is their mean).")
           .at_least(1),
@@ -407,21 +425,20 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(gflowrl, push_down, 0.2, "Flow-gap clip bound where it lowers log pi (g > 0).")
           .range(0, inf),
       INKSTONE_FIELD(gflowrl, is_eps, 0.2, "IS weight cap: w = min(ratio, 1 + is_eps).").range(0, inf),
-      INKSTONE_FIELD(gflowrl, is_ratio, "geometric", "raw: exp(rho); geometric: exp(rho / |y|).")
-          .one_of({"raw", "geometric"}),
-      INKSTONE_FIELD(gflowrl, norm, "none", "Length normalisation of the drift and ratio terms.")
-          .one_of({"none", "both", "paper"}),
+      INKSTONE_CHOICE_FIELD(gflowrl, is_ratio, ImportanceRatio::geometric,
+                            "raw: exp(rho); geometric: exp(rho / |y|)."),
+      INKSTONE_CHOICE_FIELD(gflowrl, norm, LengthNorm::none, "Length normalisation of the drift and ratio terms."),
       INKSTONE_FIELD(gflowrl, filter_degenerate, true, "Drop groups whose rewards are all equal."),
       INKSTONE_FIELD(gflowrl, tis_cap, 0.0, "Truncated IS cap against rollout/trainer drift; 0: off.")
           .range(0, inf),
 
       INKSTONE_FIELD(grpo, eps_low, 0.2, "PPO ratio clip below 1.").range(0, 1),
       INKSTONE_FIELD(grpo, eps_high, 0.2, "PPO ratio clip above 1 (DAPO clip-higher: 0.28).").range(0, inf),
-      INKSTONE_FIELD(grpo, scale_rewards, "group", "group: divide advantages by the group std; none: Dr.GRPO.")
-          .one_of({"group", "none"}),
+      INKSTONE_CHOICE_FIELD(grpo, scale_rewards, RewardScale::group,
+                            "group: divide advantages by the group std; none: Dr.GRPO."),
       INKSTONE_FIELD(grpo, adv_eps, 1e-4, "Added to the group std.").range(0, 1),
-      INKSTONE_FIELD(grpo, aggregation, "token_mean", "How per-token losses become the batch loss.")
-          .one_of({"token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo"}),
+      INKSTONE_CHOICE_FIELD(grpo, aggregation, LossAggregation::token_mean,
+                            "How per-token losses become the batch loss."),
       INKSTONE_FIELD(grpo, kl_coef, 0.0, "k3 KL penalty to the reference per token; 0: off.").range(0, inf),
 
       INKSTONE_FIELD(flowrl, beta, 15.0, "Scale of the z-scored reward in the residual (FlowRL's code: 15).")
@@ -435,6 +452,7 @@ std::vector<FieldSpec> build_schema() {
 }
 
 #undef INKSTONE_FIELD
+#undef INKSTONE_CHOICE_FIELD
 
 }  // namespace
 

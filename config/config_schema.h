@@ -12,18 +12,23 @@
 namespace inkstone {
 
 using FieldValue = std::variant<int64_t, double, bool, std::string, std::vector<std::string>>;
-using FieldSlot = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*>;
+// A key parsed into an enum (config.h, ChoiceNames): its value as an index into FieldSpec::choices.
+struct ChoiceSlot {
+  std::function<size_t()> get;
+  std::function<void(size_t)> set;
+};
+using FieldSlot = std::variant<int64_t*, double*, bool*, std::string*, std::vector<std::string>*, ChoiceSlot>;
 
 struct FieldSpec {
   std::string section;
   std::string key;
-  FieldValue default_value;
+  FieldValue default_value;  // an enum's: its name
   std::string doc;
   std::function<FieldSlot(Config&)> slot;
   std::optional<double> min;         // numbers: inclusive bounds
   std::optional<double> max;
   bool min_exclusive = false;        // (min, max]: a value that must be positive
-  std::vector<std::string> choices;  // strings: the allowed values, when restricted
+  std::vector<std::string> choices;  // strings: the allowed values, when restricted; an enum's names
   bool no_empty_entries = false;     // string lists: an empty entry is refused (it would match everywhere)
 
   std::string name() const { return section + "." + key; }

@@ -92,6 +92,7 @@ TokenMixerKind attention_mixer_kind() {
   kind.module_name = "attn";
   kind.description = "grouped-query attention";
   kind.exportable_to_hf = true;
+  kind.follows_attention_rule = true;
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<AttentionImpl>(config, layer); };
   kind.parameter_count = AttentionImpl::parameter_count;
   kind.saved_floats_per_token = AttentionImpl::saved_floats_per_token;

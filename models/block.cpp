@@ -38,20 +38,24 @@ std::vector<Modulation> BlockImpl::modulations(const torch::Tensor& cond) {
 }
 
 torch::Tensor BlockImpl::mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m) {
-  const auto u = modulate(attn_norm(x), m);
-  return gate(mixer->forward(u, context), m);
+  return mixer_body(attn_norm(x), context, m);
 }
 
-torch::Tensor BlockImpl::ffn_branch(const torch::Tensor& h, const Modulation& m) {
-  const auto u = modulate(mlp_norm(h), m);
-  return gate(ffn->forward(u), m);
+torch::Tensor BlockImpl::ffn_branch(const torch::Tensor& h, const Modulation& m) { return ffn_body(mlp_norm(h), m); }
+
+torch::Tensor BlockImpl::mixer_body(const torch::Tensor& u, const AttentionContext& context, const Modulation& m) {
+  return gate(mixer->forward(modulate(u, m), context), m);
+}
+
+torch::Tensor BlockImpl::ffn_body(const torch::Tensor& u, const Modulation& m) {
+  return gate(ffn->forward(modulate(u, m)), m);
 }
 
 torch::Tensor BlockImpl::forward(const torch::Tensor& x, const AttentionContext& context,
                                  const torch::Tensor& cond) {
   const auto m = modulations(cond);
-  auto h = x + mixer_branch(x, context, m[0]);
-  return h + ffn_branch(h, m[1]);
+  const auto [h, u] = add_rms_norm(x, mixer_branch(x, context, m[0]), mlp_norm->weight, mlp_norm->eps());
+  return h + ffn_body(u, m[1]);
 }
 
 }  // namespace inkstone

@@ -26,6 +26,10 @@ class BlockImpl : public torch::nn::Module {
   std::vector<Modulation> modulations(const torch::Tensor& cond);
   torch::Tensor mixer_branch(const torch::Tensor& x, const AttentionContext& context, const Modulation& m);
   torch::Tensor ffn_branch(const torch::Tensor& h, const Modulation& m);
+  // The branches after their norms, given the normalised input u (mixer_branch(x) = mixer_body(attn_norm(x))), for
+  // an assembler that normalises the stream itself and so fuses the norm with the residual add before it.
+  torch::Tensor mixer_body(const torch::Tensor& u, const AttentionContext& context, const Modulation& m);
+  torch::Tensor ffn_body(const torch::Tensor& u, const Modulation& m);
 
   // The init role of the parameter `name` (as named inside the block; biases are zero before this is asked).
   ParamRole role_of(const std::string& name) const;

@@ -77,6 +77,18 @@ const FeedForwardKind& feed_forward_of(const ModelConfig& config, int64_t layer)
   return kind_of_layer(feed_forward_kinds(), config.ffn_pattern, config, layer);
 }
 
+bool every_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability) {
+  for (int64_t layer = 0; layer < config.n_layers; ++layer)
+    if (!(token_mixer_of(config, layer).*capability)) return false;
+  return true;
+}
+
+bool some_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability) {
+  for (int64_t layer = 0; layer < config.n_layers; ++layer)
+    if (token_mixer_of(config, layer).*capability) return true;
+  return false;
+}
+
 void check_block_patterns(const ModelConfig& config) {
   check_pattern("mixer_pattern", config.mixer_pattern, token_mixer_kinds(), config);
   check_pattern("ffn_pattern", config.ffn_pattern, feed_forward_kinds(), config);

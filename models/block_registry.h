@@ -30,6 +30,12 @@ struct BlockPartKind {
   // Whether a Hugging Face architecture has this part (interop/hf_config.h): `export hf` refuses a model with any
   // part that does not say so.
   bool exportable_to_hf = false;
+  // Token mixers: whether it mixes tokens only as a pass's attention rule allows (block diffusion's [x_0 | x_t]
+  // layout); a convolution over time carries x_t into x_0 whatever the rule.
+  bool follows_attention_rule = false;
+  // Token mixers: whether it mixes a token's hidden-decoding streams (models/hidden_streams.h) in every layer; a
+  // convolution over the slots does, attention only in its cross-stream layers (model.hidden_attention).
+  bool crosses_streams = false;
 };
 using TokenMixerKind = BlockPartKind<TokenMixer>;
 using FeedForwardKind = BlockPartKind<FeedForward>;
@@ -40,6 +46,10 @@ const std::vector<FeedForwardKind>& feed_forward_kinds();
 // The parts of layer `layer`: its letter of the tiled pattern, looked up in the registry.
 const TokenMixerKind& token_mixer_of(const ModelConfig& config, int64_t layer);
 const FeedForwardKind& feed_forward_of(const ModelConfig& config, int64_t layer);
+
+// Whether every layer's token mixer, or some layer's, has `capability` (a flag of TokenMixerKind).
+bool every_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability);
+bool some_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability);
 
 // InputError naming the key for a pattern letter no part is registered under, or a part's own refusal.
 void check_block_patterns(const ModelConfig& config);

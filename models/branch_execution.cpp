@@ -12,7 +12,7 @@ namespace inkstone {
 torch::Tensor BranchExecution::run(ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
                                    std::shared_ptr<torch::nn::Module> owner, AuxiliaryOutputs& auxiliary,
                                    int64_t layer, int64_t unit, bool recomputable) const {
-  const bool recompute = recomputable && checkpoint_every_ > 0 && layer % checkpoint_every_ == 0;
+  const bool recompute = recomputes(layer, recomputable);
   if (recompute || (residency_ && torch::GradMode::is_enabled()))
     return branch_node(std::move(branch), x, m, std::move(owner), auxiliary, {recompute, residency_, unit});
   if (!residency_) return branch(x, m);

@@ -29,12 +29,21 @@ class BranchExecution {
   torch::Tensor run(ResidualBranch branch, const torch::Tensor& x, const Modulation& m,
                     std::shared_ptr<torch::nn::Module> owner, AuxiliaryOutputs& auxiliary, int64_t layer,
                     int64_t unit, bool recomputable) const;
+  // Whether block `layer`'s branches are plain calls (no node of their own, weights always whole), so that the
+  // assembler may run their norms outside them, fused with the residual add.
+  bool calls_directly(int64_t layer, bool recomputable) const {
+    return !residency_ && !recomputes(layer, recomputable);
+  }
   // Units 0..unit_count−1 whole while the result lives (generation, checkpoint writing); nothing without a
   // residency.
   ResidentUnits whole(int64_t unit_count) const;
   int64_t checkpoint_every() const { return checkpoint_every_; }
 
  private:
+  bool recomputes(int64_t layer, bool recomputable) const {
+    return recomputable && checkpoint_every_ > 0 && layer % checkpoint_every_ == 0;
+  }
+
   int64_t checkpoint_every_ = 0;
   std::shared_ptr<ParameterResidency> residency_;
 };

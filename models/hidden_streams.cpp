@@ -1,8 +1,21 @@
 #include "models/hidden_streams.h"
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "models/block_registry.h"
+
 namespace inkstone {
+
+void warn_if_streams_never_cross(const ModelConfig& config) {
+  if (config.hidden_streams == 1) return;
+  const bool crosses = config.hidden_local_sees_token || config.hidden_attention.find('X') != std::string::npos ||
+                       some_token_mixer(config, &TokenMixerKind::crosses_streams);
+  if (!crosses)
+    fmt::print(stderr, "warning: model.hidden_attention = \"{}\" has no cross-stream layer (X) and no token mixer "
+               "that crosses streams: the last of the {} streams ignores the others\n",
+               config.hidden_attention, config.hidden_streams);
+}
 
 StreamLayout::StreamLayout(const ModelConfig& config)
     : n_(config.hidden_streams),

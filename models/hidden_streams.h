@@ -14,6 +14,10 @@
 
 namespace inkstone {
 
+// Hidden decoding needs a layer across streams: without one the last copy of a token cannot read the others. A
+// warning on stderr for such a config (n > 1).
+void warn_if_streams_never_cross(const ModelConfig& config);
+
 // The slot bookkeeping; with n = 1 every function returns its input.
 class StreamLayout {
  public:

@@ -45,9 +45,11 @@ void use_stream_local_masks(std::vector<AttentionContext>& contexts, const Model
   }
 }
 
-// `config` once its layer patterns name registered parts (InputError naming the key otherwise).
+// `config` once its layer patterns name registered parts (InputError naming the key otherwise), with a warning
+// where its hidden streams never meet.
 const ModelConfig& with_registered_parts(const ModelConfig& config) {
   check_block_patterns(config);
+  warn_if_streams_never_cross(config);
   return config;
 }
 
@@ -250,6 +252,12 @@ torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pa
   for (int64_t i = 0; i < config_.n_layers; ++i) {
     const auto block = blocks->ptr<BlockImpl>(i);
     const auto m = block->modulations(cond);
+    if (execution_.calls_directly(i, recomputable)) {  // each norm fused with the residual add before it
+      const auto u = stream->normed_input(mixer_site(i), *block->attn_norm);
+      stream->add(mixer_site(i), block->mixer_body(u, layer_contexts[i], m[0]));
+      stream->add(ffn_site(i), block->ffn_body(stream->normed_input(ffn_site(i), *block->mlp_norm), m[1]));
+      continue;
+    }
     ResidualBranch mixer = [block, context = layer_contexts[i]](const torch::Tensor& x, const Modulation& mod) {
       return block->mixer_branch(x, context, mod);
     };
@@ -259,7 +267,8 @@ torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pa
     stream->add(ffn_site(i), execution_.run(std::move(ffn), stream->input(ffn_site(i)), m[1], block, node_auxiliary_,
                                             i, 2 * i + 1, recomputable));
   }
-  auto x = final_norm(streams_.last_stream(stream->input(final_site(config_.n_layers))));
+  // The norm is per slot, so normalising every slot and keeping the last streams' equals normalising those alone.
+  auto x = streams_.last_stream(stream->normed_input(final_site(config_.n_layers), *final_norm));
   x = stream->to_model_width(x, config_.d_model);
   if (cond.defined()) x = modulate(x, final_adaln(cond)[0]);
   if (pass.cache && !fixed_window) pass.cache->advance(slots);
@@ -337,10 +346,6 @@ LanguageModel build_language_model(const ModelConfig& config, int64_t tokenizer_
   if (vocab_size < tokenizer_vocab_size) {
     throw InputError(fmt::format("model.vocab_size = {} is smaller than the tokenizer's {}", vocab_size,
                                  tokenizer_vocab_size));
-  }
-  if (config.n_heads % config.n_kv_heads != 0) {
-    throw InputError(fmt::format("model.n_kv_heads = {} must divide model.n_heads = {}", config.n_kv_heads,
-                                 config.n_heads));
   }
   if (resolved_head_dim(config) % 2 != 0) {
     throw InputError(fmt::format("head dim {} must be even for RoPE", resolved_head_dim(config)));

@@ -76,14 +76,36 @@ namespace {
 bool is_mixer_site(int64_t site) { return site % 2 == 0; }
 int64_t layer_of(int64_t site) { return site / 2; }
 
+// x = embedding + Σ outputs. An output is held until the next site reads the stream, so that a normalised read adds
+// and normalises in one pass (add_rms_norm).
 class PlainStream : public ResidualStream {
  public:
   explicit PlainStream(torch::Tensor embedding) : x_(std::move(embedding)) {}
-  torch::Tensor input(int64_t) override { return x_; }
-  void add(int64_t, const torch::Tensor& output) override { x_ = x_ + output; }
+  torch::Tensor input(int64_t) override {
+    add_pending();
+    return x_;
+  }
+  void add(int64_t, const torch::Tensor& output) override {
+    add_pending();
+    pending_ = output;
+  }
+  torch::Tensor normed_input(int64_t, const RMSNormImpl& norm) override {
+    if (!pending_.defined()) return rms_norm(x_, norm.weight, norm.eps());
+    auto [sum, normed] = add_rms_norm(x_, pending_, norm.weight, norm.eps());
+    x_ = std::move(sum);
+    pending_ = torch::Tensor();
+    return normed;
+  }
 
  private:
+  void add_pending() {
+    if (!pending_.defined()) return;
+    x_ = x_ + pending_;
+    pending_ = torch::Tensor();
+  }
+
   torch::Tensor x_;
+  torch::Tensor pending_;  // the last output, not yet added
 };
 
 // Full AttnRes / MHAR: the sources are the raw embedding and every sublayer output, appended, never summed.

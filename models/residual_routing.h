@@ -18,6 +18,7 @@
 #include <torch/nn/pimpl.h>
 
 #include "config/config.h"
+#include "models/rms_norm.h"
 
 namespace inkstone {
 
@@ -79,6 +80,11 @@ class ResidualStream {
   virtual ~ResidualStream() = default;
   virtual torch::Tensor input(int64_t site) = 0;
   virtual void add(int64_t site, const torch::Tensor& output) = 0;
+  // norm(input(site)), for an assembler that normalises a sublayer's input outside its branch; the plain stream
+  // fuses it with the add still pending before it (docs/kernels.md, "The residual add fused with RMSNorm").
+  virtual torch::Tensor normed_input(int64_t site, const RMSNormImpl& norm) {
+    return rms_norm(input(site), norm.weight, norm.eps());
+  }
   // The final-normed output resized to the head's width: itself unless the stream's width varies.
   virtual torch::Tensor to_model_width(const torch::Tensor& normed, int64_t model_width) const {
     (void)model_width;

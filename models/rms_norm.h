@@ -11,6 +11,16 @@ namespace inkstone {
 // autocast) the composite in fp32.
 torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& weight, double eps);
 
+// The residual add and the next sublayer's norm in one pass per row and direction (docs/kernels.md, "The residual
+// add fused with RMSNorm"): sum = x + branch and normed = rms_norm(sum), the values of the two ops run one after the
+// other. Fused under rms_norm's conditions with x and branch of one shape, dtype and device; else those two ops.
+struct ResidualSumAndNorm {
+  torch::Tensor sum;
+  torch::Tensor normed;
+};
+ResidualSumAndNorm add_rms_norm(const torch::Tensor& x, const torch::Tensor& branch, const torch::Tensor& weight,
+                                double eps);
+
 class RMSNormImpl : public torch::nn::Module {
  public:
   RMSNormImpl(int64_t dim, double eps);

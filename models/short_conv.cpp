@@ -33,6 +33,7 @@ TokenMixerKind short_conv_mixer_kind() {
   kind.letter = 'C';
   kind.module_name = "conv";
   kind.description = "gated short convolution";
+  kind.crosses_streams = true;  // it convolves over the slots, whatever stream they belong to
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<ShortConvImpl>(config, layer); };
   kind.parameter_count = ShortConvImpl::parameter_count;
   // The in-projection's three chunks, the gated value, the convolution's output and out_proj's input.

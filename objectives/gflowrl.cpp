@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include <fmt/format.h>
+
 #include "objectives/group_stats.h"
 #include "objectives/policy_log_probs.h"
 
@@ -19,8 +21,8 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch) {
   const auto reward = config.beta * rollout.rewards.to(torch::kFloat);
   // docs/rl.md, "Length normalisation": `both` divides d by |y| inside log Ẑ and g; `paper` only inside g, so
   // its gaps need not sum to zero.
-  const auto z_drift = config.norm == "both" ? drift / f.lengths : drift;
-  const auto gap_drift = config.norm == "none" ? drift : drift / f.lengths;
+  const auto z_drift = config.norm == LengthNorm::both ? drift / f.lengths : drift;
+  const auto gap_drift = config.norm == LengthNorm::none ? drift : drift / f.lengths;
   f.log_z = groups.mean(reward + z_drift);
   f.gap = f.log_z - gap_drift - reward;
   f.clipped = f.gap.clamp(-config.push_up, config.push_down);
@@ -31,7 +33,12 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch) {
 
 GflowrlObjective::GflowrlObjective(const Config& config)
     : config_(config.gflowrl), temperature_(config.rl.temperature),
-      logit_chunk_mib_(config.objective.logit_chunk_mib), next_token_(config) {}
+      logit_chunk_mib_(config.objective.logit_chunk_mib), next_token_(config) {
+  // The asymmetric clip: correct answers are under-sampled early, so raising them should be allowed the larger step.
+  if (config_.push_up < config_.push_down)
+    fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
+               config_.push_up, config_.push_down);
+}
 
 ObjectiveNeeds GflowrlObjective::needs() const {
   return policy_rollout_needs();
@@ -42,11 +49,11 @@ LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) 
   const FlowGaps f = flow_gaps(config_, batch);
   const auto theta_seq = policy_log_probs(model, batch, temperature_, logit_chunk_mib_).log_probs.sum(1);
   const auto rho = theta_seq - f.old_seq;
-  const auto delta = f.clipped + (config_.norm == "none" ? rho : rho / f.lengths);
+  const auto delta = f.clipped + (config_.norm == LengthNorm::none ? rho : rho / f.lengths);
 
   // docs/rl.md, "Importance correction": the weight is a constant of the update; the exponent is clamped before
   // exp so long sequences cannot overflow it.
-  const auto log_ratio = (config_.is_ratio == "geometric" ? rho / f.lengths : rho).detach();
+  const auto log_ratio = (config_.is_ratio == ImportanceRatio::geometric ? rho / f.lengths : rho).detach();
   auto weight = log_ratio.clamp_max(10.0).exp().clamp_max(1.0 + config_.is_eps);
   const auto& rollout = batch.rollout;
   const bool truncated_is = config_.tis_cap > 0 && rollout.rollout_log_probs.defined();

@@ -1,28 +1,11 @@
 #include "objectives/grpo.h"
 
-#include <map>
-
 #include "objectives/group_stats.h"
 #include "objectives/policy_log_probs.h"
 
 namespace inkstone {
-namespace {
-
-LossAggregation aggregation_from_name(const std::string& name) {
-  static const std::map<std::string, LossAggregation> names = {
-      {"token_mean", LossAggregation::token_mean},
-      {"seq_mean_token_mean", LossAggregation::seq_mean_token_mean},
-      {"seq_mean_token_sum", LossAggregation::seq_mean_token_sum},
-      {"dr_grpo", LossAggregation::dr_grpo}};
-  return names.at(name);  // the schema admits only these
-}
-
-}  // namespace
-
 GrpoObjective::GrpoObjective(const Config& config)
     : config_(config.grpo),
-      aggregation_(aggregation_from_name(config.grpo.aggregation)),
-      scale_by_group_std_(config.grpo.scale_rewards == "group"),
       temperature_(config.rl.temperature),
       logit_chunk_mib_(config.objective.logit_chunk_mib),
       max_new_tokens_(config.rl.max_new_tokens),
@@ -43,7 +26,7 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
     const RolloutGroups groups(rollout.groups);
     const auto rewards = rollout.rewards.to(torch::kFloat);
     advantage = rewards - groups.mean(rewards);
-    if (scale_by_group_std_) advantage = advantage / (groups.std(rewards) + config_.adv_eps);
+    if (config_.scale_rewards == RewardScale::group) advantage = advantage / (groups.std(rewards) + config_.adv_eps);
     advantage = advantage.unsqueeze(1);
   }
 
@@ -65,15 +48,15 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   // and per-sequence fractions otherwise.
   const auto num_sequences = torch::full({}, static_cast<double>(batch.tokens.size(0)), mask.options());
   torch::Tensor loss_weight, metric_weight, count;
-  if (aggregation_ == LossAggregation::token_mean) {
+  if (config_.aggregation == LossAggregation::token_mean) {
     loss_weight = mask;
     metric_weight = mask;
     count = mask.sum();
   } else {
     metric_weight = mask / lengths.unsqueeze(1);
     count = num_sequences;
-    if (aggregation_ == LossAggregation::seq_mean_token_mean) loss_weight = metric_weight;
-    else if (aggregation_ == LossAggregation::seq_mean_token_sum) loss_weight = mask;
+    if (config_.aggregation == LossAggregation::seq_mean_token_mean) loss_weight = metric_weight;
+    else if (config_.aggregation == LossAggregation::seq_mean_token_sum) loss_weight = mask;
     else loss_weight = mask / static_cast<double>(max_new_tokens_);  // dr_grpo: Σ J / (N · L_max)
   }
 

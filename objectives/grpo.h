@@ -6,9 +6,6 @@
 
 namespace inkstone {
 
-// grpo.aggregation (docs/rl.md, "Loss aggregation").
-enum class LossAggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, dr_grpo };
-
 class GrpoObjective : public Objective {
  public:
   explicit GrpoObjective(const Config& config);
@@ -21,8 +18,6 @@ class GrpoObjective : public Objective {
 
  private:
   GrpoConfig config_;
-  LossAggregation aggregation_;  // config_.aggregation, parsed once
-  bool scale_by_group_std_;      // config_.scale_rewards = group
   double temperature_;
   int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   int64_t max_new_tokens_;  // Dr.GRPO's constant L_max

@@ -57,7 +57,12 @@ class Objective {
 
 // The registered objectives by config name (objectives/registry.cpp holds one line per objective).
 std::vector<std::string> registered_objective_names();
+// Builds config.objective.name's objective after check_objective_settings.
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer);
+// InputError for settings that depend on the objective's kind: a key the objective would ignore without a word
+// (objective.z_loss, data.inject_step, metrics.watch_text, diffusion.is_weight and diffusion.block_size outside
+// the objectives that read them), and block diffusion on token mixers that do not follow its attention rule.
+void check_objective_settings(const Config& config);
 // What the objective registered as `name` trains on, without building it (InputError for an unknown name).
 BatchKind objective_batch_kind(const std::string& name);
 // How many float32 copies of one chunk's [rows, V] logits the objective registered as `name` holds at once while

@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include "core/errors.h"
+#include "models/block_registry.h"
 #include "objectives/ar.h"
 #include "objectives/flowrl.h"
 #include "objectives/gflowrl.h"
@@ -17,30 +18,32 @@ namespace inkstone {
 namespace {
 
 struct Registered {
-  BatchKind consumes;
+  BatchKind consumes;  // windows: objective.z_loss, data.inject_step and metrics.watch_text apply
   // Float32 [rows, V] tensors alive at once while one chunk of the vocabulary loss forms its terms and gradient
   // (objectives/chunked_vocab.h), measured as the CPU tensor peak of short runs at V = 151,669 less the rest of
   // the memory plan: AR and masked diffusion 4.9, uniform diffusion 8.9 (its NELBO reads log x̄ over the whole
   // vocabulary); the RL objectives' log-softmax, its exponential for the entropy and their gradients as AR.
   double logit_copies;
+  bool denoises;        // a diffusion objective: diffusion.block_size applies (docs/objectives.md, "Block diffusion")
+  bool weighs_is_term;  // reads diffusion.is_weight, the weight of uniform noise's IS term
   std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)> make;
 };
 
 const std::map<std::string, Registered>& registry() {
   static const std::map<std::string, Registered> objectives = {
-      {"ar", {BatchKind::windows, 5,
+      {"ar", {BatchKind::windows, 5, false, false,
               [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }}},
       {"uniform_diffusion",
-       {BatchKind::windows, 9,
+       {BatchKind::windows, 9, true, true,
         [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }}},
       {"masked_diffusion",
-       {BatchKind::windows, 5,
+       {BatchKind::windows, 5, true, false,
         [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }}},
-      {"gflowrl", {BatchKind::rollouts, 5,
+      {"gflowrl", {BatchKind::rollouts, 5, false, false,
                    [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }}},
-      {"grpo", {BatchKind::rollouts, 5,
+      {"grpo", {BatchKind::rollouts, 5, false, false,
                 [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }}},
-      {"flowrl", {BatchKind::rollouts, 5,
+      {"flowrl", {BatchKind::rollouts, 5, false, false,
                   [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }}},
   };
   return objectives;
@@ -54,7 +57,51 @@ const Registered& registered(const std::string& name) {
   return it->second;
 }
 
+// The registered names whose entry has `has`, for a message.
+std::string names_where(const std::function<bool(const Registered&)>& has) {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : registry())
+    if (has(entry)) names.push_back(name);
+  return fmt::format("{}", fmt::join(names, ", "));
+}
+
+bool trains_on_windows(const Registered& entry) { return entry.consumes == BatchKind::windows; }
+
+// Block diffusion feeds [x_0 | x_t] under a block-causal attention rule: every token mixer must follow the rule (a
+// convolution over time would carry x_t into x_0), and a QK conv or hidden streams would mix slots outside it.
+void check_block_diffusion_model(const ModelConfig& m, int64_t block) {
+  if (!every_token_mixer(m, &TokenMixerKind::follows_attention_rule) || m.qkv_conv || m.hidden_streams > 1)
+    throw InputError(fmt::format("diffusion.block_size = {} needs attention-only token mixing (model.mixer_pattern "
+                                 "of token mixers that follow the attention rule, no qkv_conv, one hidden stream), "
+                                 "not model.mixer_pattern = \"{}\"",
+                                 block, m.mixer_pattern));
+}
+
 }  // namespace
+
+void check_objective_settings(const Config& c) {
+  const std::string& name = c.objective.name;
+  const Registered& entry = registered(name);
+  if (c.objective.z_loss > 0 && !trains_on_windows(entry))
+    throw InputError(fmt::format("objective.z_loss = {} applies to {}, not objective.name = '{}'", c.objective.z_loss,
+                                 names_where(trains_on_windows), name));
+  if ((c.data.inject_step > 0 || !c.metrics.watch_text.empty()) && !trains_on_windows(entry))
+    throw InputError(fmt::format("data.inject_step and metrics.watch_text apply to objectives that train on token "
+                                 "windows ({}), not objective.name = '{}'",
+                                 names_where(trains_on_windows), name));
+  if (c.diffusion.is_weight != 1.0 && !entry.weighs_is_term)
+    throw InputError(fmt::format("diffusion.is_weight = {} weights uniform noise's IS term; objective.name = '{}' "
+                                 "has none",
+                                 c.diffusion.is_weight, name));
+  if (c.diffusion.block_size > 0) {
+    if (!entry.denoises)
+      throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not objective.name "
+                                   "= '{}'",
+                                   c.diffusion.block_size, names_where([](const Registered& e) { return e.denoises; }),
+                                   name));
+    check_block_diffusion_model(c.model, c.diffusion.block_size);
+  }
+}
 
 std::vector<std::string> registered_objective_names() {
   std::vector<std::string> names;
@@ -63,6 +110,7 @@ std::vector<std::string> registered_objective_names() {
 }
 
 std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer& tokenizer) {
+  check_objective_settings(config);
   const Registered& entry = registered(config.objective.name);
   auto objective = entry.make(config, tokenizer);
   if (objective->needs().consumes != entry.consumes)

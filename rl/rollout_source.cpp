@@ -77,7 +77,7 @@ RolloutSource::RolloutSource(TrainingSession& session)
     throw InputError(fmt::format("rl.eval_prompts = {} must be a multiple of the {} ranks that share them",
                                  rl_.eval_prompts, world_size_));
   LanguageModel& policy = session.model();
-  if (rl_.reference == "initial") {
+  if (rl_.reference == ReferencePolicy::initial) {
     reference_ = build_language_model(policy->config(), policy->vocab_size());
     cast_parameters(*reference_, parameter_dtype(*policy));  // bf16 weights (run.param_dtype): the same rounding
     load_module_weights(*reference_, module_weights(*policy), "the initial policy");

@@ -58,7 +58,7 @@ std::string resolve_dtype(const std::string& option, const nlohmann::json& state
   static const std::map<std::string, std::string> kNames = {
       {"bf16", "bfloat16"}, {"fp16", "float16"}, {"fp32", "float32"}};
   if (option != "auto") return kNames.at(option);
-  const std::string trained = kNames.at(config.run.param_dtype);
+  const std::string trained = kNames.at(choice_name(config.run.param_dtype));
   const auto imported = state.find("hf_import");
   if (imported == state.end() || !imported->is_object()) return trained;
   return imported->value("dtype", trained);

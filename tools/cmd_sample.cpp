@@ -251,8 +251,9 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
 int sample(const SampleOptions& o) {
   TrainedModel trained = load_trained_model(o.checkpoint, o.device);
   // The weights sample in the run's run.param_dtype unless told otherwise: bf16 halves what a GPU decode step reads.
-  const std::string param_dtype = o.param_dtype.value_or(trained.config.run.param_dtype);
-  if (param_dtype == "bf16") {
+  const FloatFormat weights =
+      o.param_dtype ? choice_named<FloatFormat>(*o.param_dtype).value() : trained.config.run.param_dtype;
+  if (weights == FloatFormat::bf16) {
     cast_parameters(*trained.model, torch::kBFloat16);
     fmt::print(stderr, "sampling with bf16 weights\n");
   }
@@ -305,7 +306,8 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
   cmd->add_option("--param-dtype", o->param_dtype,
                   "fp32 | bf16: the weights' dtype while sampling (default: the run's)")
-      ->check(CLI::IsMember({"fp32", "bf16"}));
+      ->check(CLI::IsMember(std::vector<std::string>(ChoiceNames<FloatFormat>::names.begin(),
+                                                     ChoiceNames<FloatFormat>::names.end())));
   cmd->add_flag("--keep-special", o->keep_special, "Print special tokens (<|im_end|>, eos) instead of dropping them");
   cmd->callback([o, &action] {
     action = [o] {

@@ -45,7 +45,7 @@ int dry_run(const Config& config, int64_t ranks) {
                                  config.train.batch_size, ranks, config.train.grad_accum));
   // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
   // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
-  const bool bf16 = config.run.precision == "bf16" && config.run.device != "cpu";
+  const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != "cpu";
   fmt::print("{}", describe(plan_memory(config, load_run_tokenizer(config)->vocab_size(), ranks, bf16)));
   return 0;
 }
@@ -118,6 +118,7 @@ int train(const TrainOptions& o) {
   }
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
+  check_objective_settings(config);
   const LaunchEnv launch = launch_env_from_environment();
   if (o.dry_run) return dry_run(config, o.ranks > 0 ? o.ranks : launch.world_size);
   const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);

@@ -109,7 +109,8 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
     fmt::print("mixture of experts: {} active parameters per token of {} ({} in unselected experts)\n",
                counts.total - inactive, counts.total, inactive);
   fmt::print("objective {}, device {}, precision {}, weights {}, threads {}, blas {}\n", config.objective.name,
-             device.str(), config.run.precision, config.run.param_dtype, at::get_num_threads(), blas_library());
+             device.str(), choice_name(config.run.precision), choice_name(config.run.param_dtype),
+             at::get_num_threads(), blas_library());
 }
 
 TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const std::string& device) {

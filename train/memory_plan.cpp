@@ -39,7 +39,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   MemoryPlan plan;
   plan.ranks = ranks;
   plan.zero_stage = ranks > 1 ? config.distributed.zero_stage : 0;
-  const bool bf16_weights = config.run.param_dtype == "bf16";
+  const bool bf16_weights = config.run.param_dtype == FloatFormat::bf16;
   plan.bytes_per_weight = bf16_weights ? 2 : 4;
   plan.bytes_per_activation = bf16_activations || bf16_weights ? 2 : 4;
   const int64_t vocab = c.vocab_size > 0 ? c.vocab_size : vocab_size;

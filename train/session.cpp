@@ -97,11 +97,11 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
       tokenizer_(std::move(tokenizer)),
       run_dir_(std::move(run_dir)),
       device_(device),
-      autocast_(config_.run.precision == "bf16" && device.is_cuda()),
+      autocast_(config_.run.precision == FloatFormat::bf16 && device.is_cuda()),
       spike_guard_(config_.train.spike_window, config_.train.spike_loss_z, config_.train.spike_grad_z),
       distributed_(distributed ? std::move(distributed) : std::make_shared<Distributed>()) {
   model_->to(device_);
-  if (config_.run.param_dtype == "bf16") cast_parameters(*model_, torch::kBFloat16);
+  if (config_.run.param_dtype == FloatFormat::bf16) cast_parameters(*model_, torch::kBFloat16);
   model_->set_branch_execution(BranchExecution(config_.train.activation_checkpointing, nullptr));
   auto groups = split_parameter_groups(*model_, config_.optim.no_decay);
   if (auto own = objective_->trainable()) {
@@ -128,7 +128,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
   }
   stepped_ = groups.decay;
   stepped_.insert(stepped_.end(), groups.no_decay.begin(), groups.no_decay.end());
-  if (config_.run.param_dtype == "bf16") {
+  if (config_.run.param_dtype == FloatFormat::bf16) {
     masters_.emplace(stepped_);
     groups = masters_->optimized(groups);
   }

@@ -1,6 +1,7 @@
 // RMSNorm on the GPU: one thread block per row, its threads on neighbouring coordinates (coalesced), the row sums by
 // a block tree in double; the weight gradient by chunks of consecutive rows, one block each, each thread summing its
-// own coordinates into the chunk's partial row. The coordinate code is the CPU op's (rms_norm_row.h).
+// own coordinates into the chunk's partial row. The coordinate code is the CPU op's (rms_norm_row.h). Fused with the
+// residual add, a thread stores h_j and reads it back itself, so no barrier is needed between the sum and the norm.
 #include <cuda_runtime.h>
 
 #include "core/kernels/block_sum.cuh"
@@ -14,10 +15,16 @@ constexpr int kThreads = 256;
 constexpr int64_t kMaxBlocks = 65535 * 16;
 
 template <typename T, typename Compute>
-__global__ void forward_kernel(const T* x, const T* g, RmsNormShape shape, T* y, Compute* r_out) {
+__global__ void forward_kernel(const T* x, const T* o, T* h, const T* g, RmsNormShape shape, T* y, Compute* r_out) {
   __shared__ double reduce[kThreads];
   for (int64_t row = blockIdx.x; row < shape.rows; row += gridDim.x) {
     const T* x_row = x + row * shape.width;
+    if (o) {
+      T* h_row = h + row * shape.width;
+      const T* o_row = o + row * shape.width;
+      for (int64_t j = threadIdx.x; j < shape.width; j += blockDim.x) residual_sum_at(x_row, o_row, j, h_row);
+      x_row = h_row;
+    }
     double part = 0;
     for (int64_t j = threadIdx.x; j < shape.width; j += blockDim.x) part += square_of(x_row, j);
     const double total = block_sum(reduce, part);
@@ -28,8 +35,8 @@ __global__ void forward_kernel(const T* x, const T* g, RmsNormShape shape, T* y,
 }
 
 template <typename T, typename Compute>
-__global__ void backward_kernel(const T* x, const T* dy, const T* g, const Compute* r_in, RmsNormShape shape,
-                                int64_t rows_per_chunk, T* dx, Compute* dg_partial) {
+__global__ void backward_kernel(const T* x, const T* dy, const T* g, const Compute* r_in, const T* dh,
+                                RmsNormShape shape, int64_t rows_per_chunk, T* dx, Compute* dg_partial) {
   __shared__ double reduce[kThreads];
   const int64_t begin = blockIdx.x * rows_per_chunk;
   const int64_t end = begin + rows_per_chunk < shape.rows ? begin + rows_per_chunk : shape.rows;
@@ -43,7 +50,8 @@ __global__ void backward_kernel(const T* x, const T* dy, const T* g, const Compu
     const auto coefficient =
         static_cast<Compute>(block_sum(reduce, part) * r * r * r / static_cast<double>(shape.width));
     for (int64_t j = threadIdx.x; j < shape.width; j += blockDim.x) {
-      input_gradient_at(x_row, dy_row, g, r, coefficient, j, dx + row * shape.width);
+      input_gradient_at(x_row, dy_row, g, r, coefficient, dh ? dh + row * shape.width : nullptr, j,
+                        dx + row * shape.width);
       dg[j] += gain_gradient_term(x_row, dy_row, r, j);
     }
   }
@@ -54,32 +62,33 @@ int64_t chunks_for(const RmsNormShape& shape) {
 }
 
 template <typename T, typename Compute>
-void forward(const T* x, const T* g, const RmsNormShape& shape, T* y, Compute* r, void* stream) {
+void forward(const T* x, const T* o, T* h, const T* g, const RmsNormShape& shape, T* y, Compute* r, void* stream) {
   if (shape.rows == 0) return;
   const auto blocks = static_cast<unsigned>(shape.rows < kMaxBlocks ? shape.rows : kMaxBlocks);
-  forward_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, g, shape, y, r);
+  forward_kernel<<<blocks, kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x, o, h, g, shape, y, r);
   check_launch("RMSNorm");
 }
 
 template <typename T, typename Compute>
-void backward(const T* x, const T* dy, const T* g, const Compute* r, const RmsNormShape& shape, T* dx,
+void backward(const T* x, const T* dy, const T* g, const Compute* r, const T* dh, const RmsNormShape& shape, T* dx,
               Compute* dg_partial, void* stream) {
   if (shape.rows == 0) return;
   const int64_t chunks = chunks_for(shape);
   backward_kernel<<<static_cast<unsigned>(chunks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(
-      x, dy, g, r, shape, (shape.rows + chunks - 1) / chunks, dx, dg_partial);
+      x, dy, g, r, dh, shape, (shape.rows + chunks - 1) / chunks, dx, dg_partial);
   check_launch("RMSNorm backward");
 }
 
 }  // namespace
 
-#define INKSTONE_RMS_NORM_LAUNCHERS(T, Compute)                                                                  \
-  void launch_rms_norm(const T* x, const T* g, const RmsNormShape& shape, T* y, Compute* r, void* stream) {     \
-    forward(x, g, shape, y, r, stream);                                                                          \
-  }                                                                                                              \
-  void launch_rms_norm_backward(const T* x, const T* dy, const T* g, const Compute* r, const RmsNormShape& shape, \
-                                T* dx, Compute* dg_partial, void* stream) {                                      \
-    backward(x, dy, g, r, shape, dx, dg_partial, stream);                                                        \
+#define INKSTONE_RMS_NORM_LAUNCHERS(T, Compute)                                                                   \
+  void launch_rms_norm(const T* x, const T* o, T* h, const T* g, const RmsNormShape& shape, T* y, Compute* r,     \
+                       void* stream) {                                                                            \
+    forward(x, o, h, g, shape, y, r, stream);                                                                     \
+  }                                                                                                               \
+  void launch_rms_norm_backward(const T* x, const T* dy, const T* g, const Compute* r, const T* dh,               \
+                                const RmsNormShape& shape, T* dx, Compute* dg_partial, void* stream) {            \
+    backward(x, dy, g, r, dh, shape, dx, dg_partial, stream);                                                     \
   }
 INKSTONE_RMS_NORM_LAUNCHERS(float, float)
 INKSTONE_RMS_NORM_LAUNCHERS(Bf16Bits, float)

@@ -2,6 +2,11 @@
 // that the CUDA kernel and the CPU op (models/rms_norm.cpp) both run. For a row x of width D and gain g:
 //   forward   r = (Σ_j x_j² / D + ε)^(−1/2),   y = x r ⊙ g
 //   backward  dx = r (dy ⊙ g) − x r³ ⟨dy ⊙ g, x⟩ / D,   dg = Σ_rows dy ⊙ x r
+// Fused with the residual add before it (docs/kernels.md, "The residual add fused with RMSNorm"), the row
+// normalised is h = x + o, stored rounded to the row type and read back rounded, so y is RMSNorm(h) exactly as if
+// the add ran alone; h feeds both the rest of the stream and the norm, so its gradient is the stream's dh plus the
+// norm's dx:
+//   dx = do = dh + r (dy ⊙ g) − h r³ ⟨dy ⊙ g, h⟩ / D.
 // The row sums Σ x² and ⟨dy ⊙ g, x⟩ are formed by each side its own way (a block's tree on the GPU, eight running
 // sums on the CPU), so the two agree to rounding, not bit for bit. float32 and bf16 rows are computed in float32
 // and rounded once at the store; float64 rows in float64.
@@ -57,16 +62,26 @@ INKSTONE_HD auto gradient_dot_term(const T* x, const T* dy, const T* g, int64_t 
   return load(dy[j]) * load(g[j]) * load(x[j]);
 }
 
+// h_j = x_j + o_j, the fused residual add.
+template <typename T>
+INKSTONE_HD void residual_sum_at(const T* x, const T* o, int64_t j, T* h) {
+  store(h + j, load(x[j]) + load(o[j]));
+}
+
 template <typename T>
 INKSTONE_HD void normalise_at(const T* x, const T* g, decltype(load(T{})) r, int64_t j, T* y) {
   store(y + j, load(x[j]) * r * load(g[j]));
 }
 
-// dx_j given r and coefficient = ⟨dy ⊙ g, x⟩ r³ / D.
+// dx_j given r and coefficient = ⟨dy ⊙ g, x⟩ r³ / D, plus the stream's gradient dh_j where the norm is fused
+// with the residual add (dh null otherwise). The norm's part is rounded to the row type before dh is added, as
+// autograd adds the two when the add and the norm run apart, so a fused and an unfused model train alike to the
+// bit (data-parallel ZeRO stages, which run branches as their own nodes, unfused, match DDP).
 template <typename T>
 INKSTONE_HD void input_gradient_at(const T* x, const T* dy, const T* g, decltype(load(T{})) r,
-                                   decltype(load(T{})) coefficient, int64_t j, T* dx) {
+                                   decltype(load(T{})) coefficient, const T* dh, int64_t j, T* dx) {
   store(dx + j, r * (load(dy[j]) * load(g[j])) - load(x[j]) * coefficient);
+  if (dh) store(dx + j, load(dh[j]) + load(dx[j]));
 }
 
 }  // namespace inkstone::kernels

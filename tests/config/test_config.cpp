@@ -79,6 +79,25 @@ TEST(Config, ChoiceIsCheckedWithSuggestion) {
             "did you mean 'cosine'?");
 }
 
+// A key with a fixed set of values is parsed once into its enum: read by name, refused by name with a suggestion,
+// written back by name, and taken from the command line the same way.
+TEST(Config, AnEnumKeyIsReadAndWrittenByItsNames) {
+  Config c = config_from_string("[run]\nparam_dtype = \"bf16\"\n[gflowrl]\nnorm = \"paper\"\n", "cfg.toml",
+                                {"grpo.aggregation=\"dr_grpo\""});
+  EXPECT_EQ(c.run.param_dtype, FloatFormat::bf16);
+  EXPECT_EQ(c.run.precision, FloatFormat::fp32);  // the default
+  EXPECT_EQ(c.gflowrl.norm, LengthNorm::paper);
+  EXPECT_EQ(c.grpo.aggregation, LossAggregation::dr_grpo);
+  const std::string text = config_to_toml(c);
+  EXPECT_NE(text.find("param_dtype = 'bf16'\n"), std::string::npos);
+  EXPECT_NE(text.find("aggregation = 'dr_grpo'\n"), std::string::npos);
+  const Config reread = config_from_string(text, "written.toml");
+  EXPECT_EQ(reread.gflowrl.norm, LengthNorm::paper);
+  EXPECT_EQ(error_of("[run]\nparam_dtype = \"bf61\"\n"),
+            "key 'run.param_dtype' at cfg.toml:2 is 'bf61', must be one of: fp32, bf16; did you mean 'bf16'?");
+  EXPECT_EQ(error_of("[rl]\nreference = 0\n"), "key 'rl.reference' at cfg.toml:2 must be string, got 0");
+}
+
 TEST(Config, InvalidTomlNamesTheLine) {
   EXPECT_NE(error_of("[train]\nsteps = = 3\n").find("cfg.toml:2: invalid TOML"), std::string::npos);
 }

@@ -369,6 +369,30 @@ TEST(Cuda, RmsNormKernelMatchesTheCpu) {
   }
 }
 
+// The residual add fused with RMSNorm on the GPU against the CPU op: both outputs and the three gradients.
+TEST(Cuda, ResidualAddFusedWithRmsNormMatchesTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(10);
+  for (const auto& [dtype, tolerance] : std::vector<std::pair<torch::ScalarType, double>>{
+           {torch::kDouble, 1e-12}, {torch::kFloat, 1e-5}, {torch::kBFloat16, 1e-2}}) {
+    const auto x = (torch::randn({3000, 768}) * 2).to(dtype), o = torch::randn({3000, 768}).to(dtype);
+    const auto weight = (torch::rand({768}) + 0.5).to(dtype);
+    const auto grad_sum = torch::randn({3000, 768}).to(dtype), grad_normed = torch::randn({3000, 768}).to(dtype);
+    std::vector<torch::Tensor> results[2];
+    for (const bool gpu : {false, true}) {
+      const auto place = [gpu](const torch::Tensor& t) { return gpu ? t.cuda() : t; };
+      auto x_leaf = place(x).detach().requires_grad_(true), o_leaf = place(o).detach().requires_grad_(true);
+      auto gain = place(weight).detach().requires_grad_(true);
+      const auto [sum, normed] = add_rms_norm(x_leaf, o_leaf, gain, 1e-6);
+      torch::autograd::backward({sum, normed}, {place(grad_sum), place(grad_normed)});
+      results[gpu] = {sum.detach().cpu(), normed.detach().cpu(), x_leaf.grad().cpu(), o_leaf.grad().cpu(),
+                      gain.grad().cpu()};
+    }
+    for (size_t k = 0; k < results[0].size(); ++k)
+      EXPECT_LT(testing::max_relative_diff(results[1][k], results[0][k]), tolerance) << dtype << " output " << k;
+  }
+}
+
 // The SwiGLU kernel against its CPU twin, forward and gradient: float64 and float32 to the ulps by which CUDA's
 // exp and the C library's differ, bf16 to one rounding of those.
 TEST(Cuda, FusedSwigluMatchesTheCpuTwin) {

@@ -149,6 +149,44 @@ TEST(Backbone, RMSNormOnBf16RowsIsTheFloat64FormulaRoundedOnce) {
   EXPECT_LT(relative(grads[1], ref[1]), 1.0 / 64);
 }
 
+// The residual add fused with the next norm: its values and gradients are those of the add and the norm run one
+// after the other, bit for bit on the CPU (h and the norm's gradient are rounded to the row type where the two ops
+// would round them), and its gradients, which reach x and o through both h and y, are the float64 formula's:
+// float64 to rounding, float32 to 1e-5, bf16 relative 2^-6.
+TEST(Backbone, ResidualAddFusedWithRMSNormIsTheAddThenTheNorm) {
+  torch::manual_seed(5);
+  for (const auto& [dtype, tolerance] : std::vector<std::pair<torch::ScalarType, double>>{
+           {torch::kDouble, 1e-12}, {torch::kFloat, 1e-5}, {torch::kBFloat16, 1.0 / 64}}) {
+    const int64_t width = 37;
+    const auto x = (torch::randn({4, 9, width}) * 2).to(dtype).requires_grad_();
+    const auto o = torch::randn({4, 9, width}).to(dtype).requires_grad_();
+    const auto weight = torch::empty({width}).uniform_(0.5, 1.5).to(dtype).requires_grad_();
+    const auto [sum, normed] = add_rms_norm(x, o, weight, kEps);
+    ASSERT_EQ(normed.scalar_type(), dtype);
+    EXPECT_TRUE(torch::equal(sum, x + o)) << dtype;
+    EXPECT_TRUE(torch::equal(normed, rms_norm(x + o, weight, kEps))) << dtype;
+
+    // A loss that reads both outputs, as the stream does: h goes on to the next add, y into the sublayer.
+    const auto probe_sum = torch::randn({4, 9, width}), probe_normed = torch::randn({4, 9, width});
+    const auto loss = [&](const torch::Tensor& h, const torch::Tensor& y) {
+      return (h * probe_sum.to(h.dtype())).sum() + (y * probe_normed.to(y.dtype())).sum();
+    };
+    const auto grads = torch::autograd::grad({loss(sum, normed)}, {x, o, weight});
+    const auto apart_sum = x + o;
+    const auto apart = torch::autograd::grad({loss(apart_sum, rms_norm(apart_sum, weight, kEps))}, {x, o, weight});
+    for (int k = 0; k < 3; ++k) EXPECT_TRUE(torch::equal(grads[k], apart[k])) << dtype << " gradient " << k;
+    const auto x64 = x.detach().to(torch::kDouble).requires_grad_();
+    const auto o64 = o.detach().to(torch::kDouble).requires_grad_();
+    const auto weight64 = weight.detach().to(torch::kDouble).requires_grad_();
+    const auto h64 = x64 + o64;
+    const auto ref = torch::autograd::grad({loss(h64, ref_rms_norm(h64, weight64))}, {x64, o64, weight64});
+    for (int k = 0; k < 3; ++k) {
+      const double scale = ref[k].abs().max().item<double>();
+      EXPECT_LT(max_abs_diff(grads[k], ref[k]), tolerance * scale) << dtype << " gradient " << k;
+    }
+  }
+}
+
 TEST(Backbone, RoPEMatchesFloat64RotateHalf) {
   torch::manual_seed(0);
   const auto x = torch::randn({2, 3, 5, 8});

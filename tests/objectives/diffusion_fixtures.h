@@ -9,6 +9,7 @@
 #include "core/batch.h"
 #include "dataset/byte_tokenizer.h"
 #include "models/language_model.h"
+#include "objectives/objective.h"
 
 namespace inkstone::testing {
 
@@ -18,12 +19,14 @@ inline Config tiny_config(const std::string& objective, bool time_conditioning,
   std::vector<std::string> overrides = {"objective.name=\"" + objective + "\"",
                                         "model.time_conditioning=" + std::string(time_conditioning ? "true" : "false")};
   overrides.insert(overrides.end(), extra.begin(), extra.end());
-  return config_from_string(
+  Config config = config_from_string(
       "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\nmax_seq_len = 32\ntie_embeddings = false\n"
       "[data]\nseq_len = 16\n"
       "[optim]\nlearning_rate = 3e-3\n"
       "[schedule]\nwarmup_steps = 2\n",
       "test.toml", overrides);
+  check_objective_settings(config);  // as `inkstone train` does after loading
+  return config;
 }
 
 // Gives every parameter a small random value, so that zero-initialised time conditioning reaches the logits.

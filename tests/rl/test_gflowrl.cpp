@@ -23,7 +23,7 @@ const std::vector<double> kRewards = {1, 0, 0, 1, 0.5, 0, 1, 1};
 Config gflowrl_config(const std::string& norm) {
   Config c = default_config();
   c.objective.name = "gflowrl";
-  c.gflowrl.norm = norm;
+  apply_override(c, "gflowrl.norm=\"" + norm + "\"");
   c.gflowrl.beta = 3.0;
   // Bounds above every |g| of these batches: the clip is inactive (the setting of docs/rl.md,
   // "First-step gradient").
@@ -43,8 +43,8 @@ void expect_two_beta_grpo(const std::string& norm, const std::string& aggregatio
   auto model = tiny_policy(kGflowrlVocab);
   const Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 3));
   Config c = gflowrl_config(norm);
-  c.grpo.scale_rewards = "none";
-  c.grpo.aggregation = aggregation;
+  c.grpo.scale_rewards = RewardScale::none;
+  apply_override(c, "grpo.aggregation=\"" + aggregation + "\"");
   GflowrlObjective gflowrl(c);
   GrpoObjective grpo(c);
   const auto g_flow = flat_gradient(*model, mean_loss(gflowrl, *model, batch));
@@ -134,7 +134,7 @@ TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
   auto model = tiny_policy(kGflowrlVocab);
   Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 7));
   Config c = gflowrl_config("both");
-  c.gflowrl.is_ratio = "raw";
+  c.gflowrl.is_ratio = ImportanceRatio::raw;
   GflowrlObjective objective(c);
   {
     const auto on_policy = objective.loss(*model, batch);

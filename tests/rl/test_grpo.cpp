@@ -37,8 +37,8 @@ Example example() {
 Config grpo_config(const std::string& aggregation, const std::string& scale = "none") {
   Config c = default_config();
   c.objective.name = "grpo";
-  c.grpo.aggregation = aggregation;
-  c.grpo.scale_rewards = scale;
+  apply_override(c, "grpo.aggregation=\"" + aggregation + "\"");
+  apply_override(c, "grpo.scale_rewards=\"" + scale + "\"");
   c.rl.max_new_tokens = 4;
   return c;
 }

@@ -524,7 +524,7 @@ TEST_F(DataParallel, Bf16WeightsWithMasterCopiesTrainAlikeUnderEveryZeroStage) {
   EXPECT_EQ(masters, ddp_last.model.size());
 
   Config rl = tiny_rl_config(/*timeout_s=*/60);
-  rl.run.param_dtype = "bf16";
+  rl.run.param_dtype = FloatFormat::bf16;
   const auto rl_ddp = two_ranks(dir, "rl_ddp", config_to_toml(rl));
   ASSERT_EQ(rl_ddp.size(), 3u);
   rl.distributed.zero_stage = 3;

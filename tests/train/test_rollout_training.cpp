@@ -23,7 +23,7 @@ Config toy_scale(Config config) {
   config.model.max_seq_len = 160;  // GSM8K prompts are longer than the arithmetic ones
   config.data.seq_len = 160;       // a valid config (a resume parses the checkpoint's)
   config.run.device = "cpu";
-  config.run.precision = "fp32";
+  config.run.precision = FloatFormat::fp32;
   config.run.threads = 1;
   config.rl.prompts_per_step = 2;
   config.rl.group_size = 4;

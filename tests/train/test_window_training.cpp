@@ -188,7 +188,7 @@ TEST_F(ArTraining, Bf16WeightsTrainOnFp32MasterCopiesAndResumeBitExactly) {
   Config fp32 = tiny_config(*corpus_);
   const auto reference = train_run(make_setup(fp32), *corpus_ / "bf16_reference");
   Config config = fp32;
-  config.run.param_dtype = "bf16";
+  config.run.param_dtype = FloatFormat::bf16;
   TinyRun s = make_setup(config);
   const auto dir = *corpus_ / "bf16_straight";
   const auto straight = train_run(s, dir);
