@@ -235,20 +235,22 @@ void check_layer_pattern(const char* key, const std::string& pattern, const std:
 
 // Residual routing and variable width (models/residual_routing.h, models/width_profile.h).
 void check_residual_and_width(const ModelConfig& m) {
-  if (m.residual == "attnres" && m.residual_heads != 1)
+  if (m.residual == ResidualMode::attnres && m.residual_heads != 1)
     throw InputError(fmt::format("model.residual = \"attnres\" has one head, not model.residual_heads = {}; use "
                                  "\"mhar\"", m.residual_heads));
-  if (m.residual != "plain" && m.d_model % m.residual_heads != 0)
+  if (m.residual != ResidualMode::plain && m.d_model % m.residual_heads != 0)
     throw InputError(fmt::format("model.residual_heads = {} must divide model.d_model = {}", m.residual_heads,
                                  m.d_model));
-  const bool blocked = m.residual == "block_attnres" || (m.residual == "delta" && m.residual_delta == "block");
+  const bool blocked = m.residual == ResidualMode::block_attnres ||
+                       (m.residual == ResidualMode::delta && m.residual_delta == DeltaSources::block);
   if (blocked && m.residual_blocks > m.n_layers)
     throw InputError(fmt::format("model.residual_blocks = {} exceeds model.n_layers = {}", m.residual_blocks,
                                  m.n_layers));
-  if (m.width_profile == "uniform") return;
-  if (m.residual != "plain")
+  if (m.width_profile == WidthProfile::uniform) return;
+  if (m.residual != ResidualMode::plain)
     throw InputError(fmt::format("model.width_profile = \"{}\" needs model.residual = \"plain\" (routing mixes "
-                                 "sources of one width), not \"{}\"", m.width_profile, m.residual));
+                                 "sources of one width), not \"{}\"",
+                                 choice_name(m.width_profile), choice_name(m.residual)));
   if (m.head_dim != 0)
     throw InputError("model.width_profile = \"geometric\" derives each layer's head dim from its width: set "
                      "model.head_dim = 0");
@@ -278,7 +280,7 @@ void validate(const Config& c) {
   check_layer_pattern("ffn_pattern", m.ffn_pattern, "", m.n_layers);
   check_residual_and_width(m);
   check_hidden_streams(m);
-  if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+  if (m.rope_scaling == RopeScalingKind::llama3 && m.rope_high_freq_factor <= m.rope_low_freq_factor)
     throw InputError(fmt::format("model.rope_high_freq_factor = {} must exceed model.rope_low_freq_factor = {}",
                                  m.rope_high_freq_factor, m.rope_low_freq_factor));
   if (c.train.batch_size % c.train.grad_accum != 0)

@@ -30,6 +30,38 @@ enum class LengthNorm { none, both, paper };  // gflowrl.norm (docs/rl.md, "Leng
 INKSTONE_CHOICE(LengthNorm, "none", "both", "paper");
 enum class RewardScale { group, none };  // grpo.scale_rewards
 INKSTONE_CHOICE(RewardScale, "group", "none");
+enum class Architecture { qwen3, qwen2, llama, mistral };  // model.arch
+INKSTONE_CHOICE(Architecture, "qwen3", "qwen2", "llama", "mistral");
+enum class AttentionBias { none, qkv, all };  // model.attention_bias
+INKSTONE_CHOICE(AttentionBias, "none", "qkv", "all");
+enum class RopeScalingKind { none, linear, llama3 };  // model.rope_scaling (docs/rope.md, "Scaling")
+INKSTONE_CHOICE(RopeScalingKind, "none", "linear", "llama3");
+enum class ResidualMode { plain, attnres, block_attnres, mhar, delta };  // model.residual (docs/backbones.md)
+INKSTONE_CHOICE(ResidualMode, "plain", "attnres", "block_attnres", "mhar", "delta");
+enum class DeltaSources { sublayer, block };  // model.residual_delta
+INKSTONE_CHOICE(DeltaSources, "sublayer", "block");
+enum class DeltaGate { zero, sigmoid, sigmoid_token, none };  // model.residual_delta_gate
+INKSTONE_CHOICE(DeltaGate, "zero", "sigmoid", "sigmoid_token", "none");
+enum class WidthProfile { uniform, geometric };  // model.width_profile
+INKSTONE_CHOICE(WidthProfile, "uniform", "geometric");
+enum class WidthExpand { carry_forward, zero_pad };  // model.width_expand
+INKSTONE_CHOICE(WidthExpand, "carry_forward", "zero_pad");
+enum class QkvConvPosition { before_norm, after_norm };  // model.qkv_conv_position
+INKSTONE_CHOICE(QkvConvPosition, "before_norm", "after_norm");
+enum class MoeRouter { softmax, sigmoid };  // model.moe_router
+INKSTONE_CHOICE(MoeRouter, "softmax", "sigmoid");
+enum class HiddenPositions { interleaved, per_token };  // model.hidden_positions
+INKSTONE_CHOICE(HiddenPositions, "interleaved", "per_token");
+enum class TimeSampling { stratified, iid };  // diffusion.time_sampling
+INKSTONE_CHOICE(TimeSampling, "stratified", "iid");
+enum class LossWeighting { elbo, snr };  // diffusion.weighting
+INKSTONE_CHOICE(LossWeighting, "elbo", "snr");
+enum class WindowMode { pack, pad };  // data.mode
+INKSTONE_CHOICE(WindowMode, "pack", "pad");
+enum class LrScheduleKind { cosine, wsd, constant };  // schedule.kind
+INKSTONE_CHOICE(LrScheduleKind, "cosine", "wsd", "constant");
+enum class PosteriorPrecision { float64, float32 };  // sample.posterior
+INKSTONE_CHOICE(PosteriorPrecision, "float64", "float32");
 // grpo.aggregation (docs/rl.md, "Loss aggregation")
 enum class LossAggregation { token_mean, seq_mean_token_mean, seq_mean_token_sum, dr_grpo };
 INKSTONE_CHOICE(LossAggregation, "token_mean", "seq_mean_token_mean", "seq_mean_token_sum", "dr_grpo");
@@ -60,7 +92,7 @@ struct RunConfig {
 };
 
 struct ModelConfig {
-  std::string arch;         // qwen3
+  Architecture arch; // qwen3
   int64_t vocab_size;       // 0: taken from the tokenizer
   int64_t d_model;
   int64_t n_layers;
@@ -73,8 +105,8 @@ struct ModelConfig {
   double norm_eps;
   bool qk_norm;             // per-head RMSNorm of q and k before RoPE (Qwen3); Llama and Qwen2 have none
   bool attention_sink;      // off-by-one softmax: a zero logit every query also sees (models/attention.h)
-  std::string attention_bias;  // none | qkv (Qwen2) | all (q, k, v and o; Llama's attention_bias)
-  std::string rope_scaling;    // none | linear | llama3 (models/rope.h)
+  AttentionBias attention_bias; // none | qkv (Qwen2) | all (q, k, v and o; Llama's attention_bias)
+  RopeScalingKind rope_scaling; // none | linear | llama3 (models/rope.h)
   double rope_scaling_factor;
   double rope_low_freq_factor;   // llama3
   double rope_high_freq_factor;  // llama3
@@ -87,17 +119,17 @@ struct ModelConfig {
   double init_gamma_attention;  // W_q, W_k, W_v, W_o
   double init_gamma_mlp;
   // Residual routing (models/residual_routing.h).
-  std::string residual;         // plain | attnres | block_attnres | mhar | delta
+  ResidualMode residual; // plain | attnres | block_attnres | mhar | delta
   int64_t residual_heads;       // H of mhar, block_attnres and delta
   int64_t residual_blocks;      // N_b of block_attnres, and of delta with residual_delta = block
-  std::string residual_delta;   // delta sources: sublayer | block
-  std::string residual_delta_gate;  // delta gate α: zero | sigmoid | sigmoid_token | none
+  DeltaSources residual_delta; // delta sources: sublayer | block
+  DeltaGate residual_delta_gate; // delta gate α: zero | sigmoid | sigmoid_token | none
   // Variable width (models/width_profile.h).
-  std::string width_profile;    // uniform | geometric
+  WidthProfile width_profile; // uniform | geometric
   double width_bottleneck_ratio;
   int64_t width_bottleneck_layer;  // k, 1-based; 0: 3/4 of the depth
   int64_t width_quantum;
-  std::string width_expand;     // carry_forward | zero_pad
+  WidthExpand width_expand; // carry_forward | zero_pad
   bool time_conditioning;   // adaLN-Zero on the noise level (diffusion objectives)
   int64_t cond_dim;
   // Block zoo: per-layer mixer and feed-forward kinds, each a pattern tiled over n_layers.
@@ -105,21 +137,21 @@ struct ModelConfig {
   int64_t conv_kernel;           // short conv taps
   bool qkv_conv;                 // depthwise residual conv on [q | k | v] before RoPE
   int64_t qkv_conv_kernel;
-  std::string qkv_conv_position; // before_norm | after_norm (of the per-head QK-norm)
+  QkvConvPosition qkv_conv_position; // before_norm | after_norm (of the per-head QK-norm)
   bool qkv_conv_zero_init;       // zero taps: exactly the base model at init
   std::string ffn_pattern;       // D dense SwiGLU | M mixture of experts
   int64_t moe_experts;
   int64_t moe_top_k;
   int64_t moe_expert_ffn_dim;    // 0: the dense ffn width
   int64_t moe_shared_experts;
-  std::string moe_router;        // softmax | sigmoid
+  MoeRouter moe_router; // softmax | sigmoid
   double moe_route_scale;
   double moe_aux_loss_coef;      // Switch load-balancing loss
   double moe_z_loss_coef;        // router z-loss
   double moe_bias_update_rate;   // aux-loss-free balancing step u; 0: off
   // Hidden decoding (models/hidden_streams.h).
   int64_t hidden_streams;        // n embedding copies per token; 1: the plain model
-  std::string hidden_positions;  // interleaved | per_token
+  HiddenPositions hidden_positions; // interleaved | per_token
   std::string hidden_attention;  // per layer, tiled: L stream-local | X cross-stream mixing
   bool hidden_local_sees_token;  // stream-local layers also see the earlier streams of their own token
 };
@@ -137,9 +169,9 @@ struct DiffusionConfig {
   double log_snr_min;          // log_snr: lambda(1)
   double log_snr_max;          // log_snr: lambda(0)
   double t_min;                // smallest training/eval time; t = t_min + (1 - t_min) u
-  std::string time_sampling;   // stratified | iid
+  TimeSampling time_sampling; // stratified | iid
   double time_mix;             // fraction of sequences with a t per token (models without time input only)
-  std::string weighting;       // elbo | snr (training loss; eval always reports the ELBO)
+  LossWeighting weighting; // elbo | snr (training loss; eval always reports the ELBO)
   double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
   double is_weight;            // uniform: β_IS, the weight of the IS-divergence term of the training loss
   int64_t block_size;          // > 0: block diffusion (BD3-LM) on [x_0 | x_t] with a block-causal mask
@@ -205,7 +237,7 @@ struct DataConfig {
   std::string path;       // folder made by `inkstone data prepare`
   std::string tokenizer;  // empty: the tokenizer stored with the data
   int64_t seq_len;
-  std::string mode;       // pack | pad
+  WindowMode mode; // pack | pad
   bool document_mask;     // pack: attention and convolutions stay within each packed document
   int64_t seed;           // the training windows' order; -1: run.seed (data_order_seed)
   // The counterfactual twin (docs/sweeps.md, "Twin runs"): at update inject_step (1-based; 0: never) row inject_row
@@ -226,7 +258,7 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind;  // cosine | wsd | constant
+  LrScheduleKind kind; // cosine | wsd | constant
   int64_t warmup_steps;
   double min_lr_ratio;
   double decay_fraction;  // wsd: fraction of steps in the final decay
@@ -271,7 +303,7 @@ struct SampleConfig {
   double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
   int64_t batch_size;          // diffusion: sequences per denoiser call
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
-  std::string posterior;       // diffusion: float64 | float32, the precision of x̂, the posterior and the draw
+  PosteriorPrecision posterior; // diffusion: float64 | float32, the precision of x̂, the posterior and the draw
   bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
 };
 

@@ -90,10 +90,9 @@ std::vector<FieldSpec> build_schema() {
                      "CUDA: fp32 matmuls and convolutions run on TF32 tensor cores (inputs rounded to a 10-bit "
                      "mantissa, fp32 accumulation; several times faster on Ampere and later). Off: exact fp32."),
 
-      INKSTONE_FIELD(model, arch, "qwen3",
-                     "Backbone family, the Hugging Face architecture an export writes: qwen3 (q/k norm), qwen2 "
-                     "(q/k/v biases), llama, mistral. The blocks follow the keys below, not this name.")
-          .one_of({"qwen3", "qwen2", "llama", "mistral"}),
+      INKSTONE_CHOICE_FIELD(model, arch, Architecture::qwen3,
+                            "Backbone family, the Hugging Face architecture an export writes: qwen3 (q/k norm), qwen2 "
+                            "(q/k/v biases), llama, mistral. The blocks follow the keys below, not this name."),
       INKSTONE_FIELD(model, vocab_size, int64_t{0}, "0: the tokenizer's vocabulary size.").at_least(0),
       INKSTONE_FIELD(model, d_model, int64_t{256}, "Residual stream width.").range(8, 65536),
       INKSTONE_FIELD(model, n_layers, int64_t{4}, "Number of blocks.").range(1, 1024),
@@ -110,13 +109,12 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(model, attention_sink, false,
                      "Off-by-one softmax in every attention layer: exp(s_j) / (1 + sum_i exp(s_i)) (Sumi). On "
                      "libtorch 2.x a zero key and value through the fused SDPA kernels; 1.13 the explicit path."),
-      INKSTONE_FIELD(model, attention_bias, "none",
-                     "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's attention_bias).")
-          .one_of({"none", "qkv", "all"}),
-      INKSTONE_FIELD(model, rope_scaling, "none",
-                     "RoPE frequency scaling: none, linear (positions / factor) or llama3 (long wavelengths / factor, "
-                     "short ones kept, a smooth blend between).")
-          .one_of({"none", "linear", "llama3"}),
+      INKSTONE_CHOICE_FIELD(model, attention_bias, AttentionBias::none,
+                            "Attention projection biases: none, qkv (Qwen2) or all (q, k, v and o; Llama's "
+                            "attention_bias)."),
+      INKSTONE_CHOICE_FIELD(model, rope_scaling, RopeScalingKind::none,
+                            "RoPE frequency scaling: none, linear (positions / factor) or llama3 (long wavelengths / factor, "
+                            "short ones kept, a smooth blend between)."),
       INKSTONE_FIELD(model, rope_scaling_factor, 1.0, "linear, llama3: the scaling factor.").range(1, 1e6),
       INKSTONE_FIELD(model, rope_low_freq_factor, 1.0, "llama3: wavelengths above original_max_len / this are scaled.")
           .range(1e-6, 1e6),
@@ -136,32 +134,28 @@ std::vector<FieldSpec> build_schema() {
           .range(-1, 4),
       INKSTONE_FIELD(model, init_gamma_mlp, -1.0, "init = gamma: gamma of the feed-forward; < 0: init_gamma.")
           .range(-1, 4),
-      INKSTONE_FIELD(model, residual, "plain",
-                     "Residual routing: plain sum; attnres / mhar: depth softmax over all earlier sublayer outputs "
-                     "(1 / residual_heads heads); block_attnres: over block sums; delta: plain plus a zero-gated "
-                     "routed term (identity at init).")
-          .one_of({"plain", "attnres", "block_attnres", "mhar", "delta"}),
+      INKSTONE_CHOICE_FIELD(model, residual, ResidualMode::plain,
+                            "Residual routing: plain sum; attnres / mhar: depth softmax over all earlier sublayer outputs "
+                            "(1 / residual_heads heads); block_attnres: over block sums; delta: plain plus a zero-gated "
+                            "routed term (identity at init)."),
       INKSTONE_FIELD(model, residual_heads, int64_t{1}, "Routing heads H (mhar, block_attnres, delta); divides d_model.")
           .range(1, 4096),
       INKSTONE_FIELD(model, residual_blocks, int64_t{4},
                      "Blocks of layers N_b (block_attnres; delta with residual_delta = block).")
           .range(1, 1024),
-      INKSTONE_FIELD(model, residual_delta, "sublayer", "delta sources: every sublayer output, or one per block.")
-          .one_of({"sublayer", "block"}),
-      INKSTONE_FIELD(model, residual_delta_gate, "zero",
-                     "delta gate: zero (learned scalar from 0, the exact identity at init), sigmoid (sigma(a - 2)), "
-                     "sigmoid_token (sigma(<w, p_t> + a - 2) per token), none (1).")
-          .one_of({"zero", "sigmoid", "sigmoid_token", "none"}),
-      INKSTONE_FIELD(model, width_profile, "uniform",
-                     "Layer widths: uniform d_model, or geometric x-shape with the same parameter count.")
-          .one_of({"uniform", "geometric"}),
+      INKSTONE_CHOICE_FIELD(model, residual_delta, DeltaSources::sublayer,
+                            "delta sources: every sublayer output, or one per block."),
+      INKSTONE_CHOICE_FIELD(model, residual_delta_gate, DeltaGate::zero,
+                            "delta gate: zero (learned scalar from 0, the exact identity at init), sigmoid (sigma(a - 2)), "
+                            "sigmoid_token (sigma(<w, p_t> + a - 2) per token), none (1)."),
+      INKSTONE_CHOICE_FIELD(model, width_profile, WidthProfile::uniform,
+                            "Layer widths: uniform d_model, or geometric x-shape with the same parameter count."),
       INKSTONE_FIELD(model, width_bottleneck_ratio, 0.3, "geometric: narrowest width / d_model.").range(0.01, 1),
       INKSTONE_FIELD(model, width_bottleneck_layer, int64_t{0}, "geometric: the narrowest layer (1-based); 0: 3/4 of the depth.")
           .range(0, 1024),
       INKSTONE_FIELD(model, width_quantum, int64_t{32}, "geometric: widths are multiples of this.").range(1, 4096),
-      INKSTONE_FIELD(model, width_expand, "carry_forward",
-                     "geometric: widening fills new coordinates from earlier hidden states, else zeros.")
-          .one_of({"carry_forward", "zero_pad"}),
+      INKSTONE_CHOICE_FIELD(model, width_expand, WidthExpand::carry_forward,
+                            "geometric: widening fills new coordinates from earlier hidden states, else zeros."),
       INKSTONE_FIELD(model, time_conditioning, false, "adaLN-Zero conditioning on the noise level (diffusion)."),
       INKSTONE_FIELD(model, cond_dim, int64_t{128}, "Width of the time-conditioning vector.").range(1, 65536),
       INKSTONE_FIELD(model, mixer_pattern, "A",
@@ -171,9 +165,8 @@ std::vector<FieldSpec> build_schema() {
           .range(1, 64),
       INKSTONE_FIELD(model, qkv_conv, false, "Depthwise residual conv over time on [q | k | v] before RoPE."),
       INKSTONE_FIELD(model, qkv_conv_kernel, int64_t{3}, "QKV conv taps.").range(1, 64),
-      INKSTONE_FIELD(model, qkv_conv_position, "before_norm",
-                     "QKV conv before or after the per-head QK-norm (Canon-B normalises first).")
-          .one_of({"before_norm", "after_norm"}),
+      INKSTONE_CHOICE_FIELD(model, qkv_conv_position, QkvConvPosition::before_norm,
+                            "QKV conv before or after the per-head QK-norm (Canon-B normalises first)."),
       INKSTONE_FIELD(model, qkv_conv_zero_init, true, "Zero QKV conv taps: the model starts as the base model."),
       INKSTONE_FIELD(model, ffn_pattern, "D",
                      "Feed-forward per layer, tiled over n_layers: D dense SwiGLU, M mixture of experts."),
@@ -183,9 +176,8 @@ std::vector<FieldSpec> build_schema() {
           .range(0, 1 << 20),
       INKSTONE_FIELD(model, moe_shared_experts, int64_t{0}, "Always-on experts beside the routed ones.")
           .range(0, 64),
-      INKSTONE_FIELD(model, moe_router, "softmax",
-                     "softmax: over all experts, top-k renormalised (Qwen3-MoE); sigmoid: DeepSeek-V3.")
-          .one_of({"softmax", "sigmoid"}),
+      INKSTONE_CHOICE_FIELD(model, moe_router, MoeRouter::softmax,
+                            "softmax: over all experts, top-k renormalised (Qwen3-MoE); sigmoid: DeepSeek-V3."),
       INKSTONE_FIELD(model, moe_route_scale, 1.0, "Factor on the routing weights (DeepSeek-V3: 2.5).")
           .range(0, 100),
       INKSTONE_FIELD(model, moe_aux_loss_coef, 1e-2, "Switch balance loss alpha E sum_i f_i P_i; 0: off.")
@@ -198,9 +190,8 @@ std::vector<FieldSpec> build_schema() {
                      "Hidden decoding: n embedding tables encode each token n times, interleaved; the loss reads "
                      "the last copy. 1: off.")
           .range(1, 64),
-      INKSTONE_FIELD(model, hidden_positions, "interleaved",
-                     "Hidden decoding RoPE positions: consecutive over the n·T slots, or one per token.")
-          .one_of({"interleaved", "per_token"}),
+      INKSTONE_CHOICE_FIELD(model, hidden_positions, HiddenPositions::interleaved,
+                            "Hidden decoding RoPE positions: consecutive over the n·T slots, or one per token."),
       INKSTONE_FIELD(model, hidden_attention, "X",
                      "Hidden decoding attention per layer, tiled over n_layers: X cross-stream (causal over the "
                      "interleaved order, the model cards' plain Transformer), L stream-local (each copy attends to "
@@ -228,14 +219,14 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(diffusion, log_snr_max, 9.0, "log_snr: log-SNR at t = 0.").range(-50, 50),
       INKSTONE_FIELD(diffusion, t_min, 1e-3, "Smallest time drawn for training and eval (never t = 0).")
           .range(1e-6, 0.5),
-      INKSTONE_FIELD(diffusion, time_sampling, "stratified", "stratified: one t per stratum of the global batch.")
-          .one_of({"stratified", "iid"}),
+      INKSTONE_CHOICE_FIELD(diffusion, time_sampling, TimeSampling::stratified,
+                            "stratified: one t per stratum of the global batch."),
       INKSTONE_FIELD(diffusion, time_mix, 0.0,
                      "Fraction of sequences with an independent t per token, the rest one t per sequence (Sumi: "
                      "0.5; needs no time conditioning).")
           .range(0, 1),
-      INKSTONE_FIELD(diffusion, weighting, "elbo", "Training loss: elbo, or snr (the ELBO without |dlambda/dt|).")
-          .one_of({"elbo", "snr"}),
+      INKSTONE_CHOICE_FIELD(diffusion, weighting, LossWeighting::elbo,
+                            "Training loss: elbo, or snr (the ELBO without |dlambda/dt|)."),
       INKSTONE_FIELD(diffusion, max_weight, 0.0, "Clip the small-t loss weight |dlambda/dt| to this; 0: none.")
           .at_least(0),
       INKSTONE_FIELD(diffusion, is_weight, 1.0,
@@ -252,8 +243,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(data, path, "", "Folder made by `inkstone data prepare` (manifest.json, shards)."),
       INKSTONE_FIELD(data, tokenizer, "", "Tokenizer spec; empty: the one stored with the data."),
       INKSTONE_FIELD(data, seq_len, int64_t{256}, "Tokens per training window.").range(2, 1 << 20),
-      INKSTONE_FIELD(data, mode, "pack", "pack: windows across documents; pad: one document per window.")
-          .one_of({"pack", "pad"}),
+      INKSTONE_CHOICE_FIELD(data, mode, WindowMode::pack,
+                            "pack: windows across documents; pad: one document per window."),
       INKSTONE_FIELD(data, document_mask, false,
                      "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
       INKSTONE_FIELD(data, seed, int64_t{-1},
@@ -277,8 +268,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(optim, grad_clip, 1.0, "Clip the global gradient norm to this; 0: no clipping.")
           .range(0, inf),
 
-      INKSTONE_FIELD(schedule, kind, "cosine", "Learning-rate schedule after warmup.")
-          .one_of({"cosine", "wsd", "constant"}),
+      INKSTONE_CHOICE_FIELD(schedule, kind, LrScheduleKind::cosine, "Learning-rate schedule after warmup."),
       INKSTONE_FIELD(schedule, warmup_steps, int64_t{100}, "Linear warmup steps.").at_least(0),
       INKSTONE_FIELD(schedule, min_lr_ratio, 0.1, "Final learning rate / peak (cosine and wsd).").range(0, 1),
       INKSTONE_FIELD(schedule, decay_fraction, 0.2, "wsd: fraction of all steps spent in the final decay.")
@@ -351,11 +341,10 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, fused, true,
                      "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "
                      "float64 reference."),
-      INKSTONE_FIELD(sample, posterior, "float64",
-                     "Diffusion: the precision of x̂, the posterior and the draw, in the fused step's registers or "
-                     "the eager step's [B, L, V] tensors (float32 halves the eager step's memory and runs the "
-                     "fused step at a GPU's float rate).")
-          .one_of({"float64", "float32"}),
+      INKSTONE_CHOICE_FIELD(sample, posterior, PosteriorPrecision::float64,
+                            "Diffusion: the precision of x̂, the posterior and the draw, in the fused step's registers or "
+                            "the eager step's [B, L, V] tensors (float32 halves the eager step's memory and runs the "
+                            "fused step at a GPU's float rate)."),
       INKSTONE_FIELD(sample, cuda_graphs, true,
                      "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
                      "eager steps."),

@@ -44,12 +44,6 @@ SplitInfo split_of(const Manifest& manifest, const std::filesystem::path& data_d
 
 }  // namespace
 
-WindowMode window_mode_from_name(const std::string& name) {
-  if (name == "pack") return WindowMode::pack;
-  if (name == "pad") return WindowMode::pad;
-  throw InputError(fmt::format("unknown window mode '{}' (expected pack or pad)", name));
-}
-
 int64_t TokenBatch::real_tokens() const { return std::accumulate(real.begin(), real.end(), int64_t{0}); }
 
 WindowLoader::WindowLoader(const std::filesystem::path& data_dir, WindowLoaderOptions options)

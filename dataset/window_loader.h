@@ -16,14 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "config/config.h"
 #include "dataset/shards.h"
 
 namespace inkstone {
 
-enum class WindowMode { pack, pad };
-
-// "pack" or "pad"; anything else is an InputError.
-WindowMode window_mode_from_name(const std::string& name);
 
 // rows x cols token ids, row-major, on the host.
 struct TokenBatch {

@@ -18,15 +18,15 @@ using nlohmann::json;
 struct Family {
   const char* architecture;
   const char* model_type;
-  const char* arch;  // ModelConfig::arch
+  Architecture arch;  // ModelConfig::arch
   bool qk_norm;
 };
 
 // What inkstone's attention reproduces per family: Qwen3 normalises q and k per head, Qwen2 always has q/k/v biases.
-constexpr Family kFamilies[] = {{"Qwen3ForCausalLM", "qwen3", "qwen3", true},
-                                {"Qwen2ForCausalLM", "qwen2", "qwen2", false},
-                                {"LlamaForCausalLM", "llama", "llama", false},
-                                {"MistralForCausalLM", "mistral", "mistral", false}};
+constexpr Family kFamilies[] = {{"Qwen3ForCausalLM", "qwen3", Architecture::qwen3, true},
+                                {"Qwen2ForCausalLM", "qwen2", Architecture::qwen2, false},
+                                {"LlamaForCausalLM", "llama", Architecture::llama, false},
+                                {"MistralForCausalLM", "mistral", Architecture::mistral, false}};
 
 // Reads config.json's keys with one-line errors that name the file and the key.
 class ConfigReader {
@@ -92,7 +92,7 @@ const Family& family_of(const ConfigReader& r) {
 
 // A sliding window changes which keys a query sees; only windows that never bind are accepted.
 void refuse_sliding_window(const ConfigReader& r, const Family& family, int64_t max_positions) {
-  const bool qwen = std::string(family.arch).rfind("qwen", 0) == 0;
+  const bool qwen = family.arch == Architecture::qwen3 || family.arch == Architecture::qwen2;
   if (qwen && r.flag_or("use_sliding_window", false)) r.fail("use_sliding_window = true is not supported");
   if (!qwen && r.has("sliding_window") && r.integer("sliding_window") < max_positions)
     r.fail(fmt::format("sliding_window = {} is in use (below max_position_embeddings = {}) and not supported",
@@ -113,10 +113,10 @@ void read_rope(const ConfigReader& r, ModelConfig& m) {
   const json type = scaling.contains("rope_type") ? scaling["rope_type"] : scaling.value("type", json("default"));
   if (type == "default") return;
   if (type == "linear") {
-    m.rope_scaling = "linear";
+    m.rope_scaling = RopeScalingKind::linear;
     m.rope_scaling_factor = r.number(scaling, "factor", where);
   } else if (type == "llama3") {
-    m.rope_scaling = "llama3";
+    m.rope_scaling = RopeScalingKind::llama3;
     m.rope_scaling_factor = r.number(scaling, "factor", where);
     m.rope_low_freq_factor = r.number(scaling, "low_freq_factor", where);
     m.rope_high_freq_factor = r.number(scaling, "high_freq_factor", where);
@@ -125,7 +125,7 @@ void read_rope(const ConfigReader& r, ModelConfig& m) {
     r.fail(fmt::format("{}rope_type = {} is not supported (default, linear, llama3)", where, type.dump()));
   }
   if (m.rope_scaling_factor < 1) r.fail(fmt::format("{}factor = {} is below 1", where, m.rope_scaling_factor));
-  if (m.rope_scaling == "llama3" && m.rope_high_freq_factor <= m.rope_low_freq_factor)
+  if (m.rope_scaling == RopeScalingKind::llama3 && m.rope_high_freq_factor <= m.rope_low_freq_factor)
     r.fail(fmt::format("{}high_freq_factor must exceed low_freq_factor", where));
 }
 
@@ -175,10 +175,10 @@ HfModelConfig read_hf_config(const std::filesystem::path& config_json) {
   m.norm_eps = r.number_or("rms_norm_eps", 1e-6);
   m.tie_embeddings = r.flag_or("tie_word_embeddings", false);
   m.qk_norm = family.qk_norm;
-  if (m.arch == std::string("qwen2")) {
-    m.attention_bias = "qkv";
+  if (m.arch == Architecture::qwen2) {
+    m.attention_bias = AttentionBias::qkv;
   } else {
-    m.attention_bias = r.flag_or("attention_bias", false) ? "all" : "none";
+    m.attention_bias = r.flag_or("attention_bias", false) ? AttentionBias::all : AttentionBias::none;
   }
   refuse_sliding_window(r, family, m.max_seq_len);
   read_rope(r, m);
@@ -189,8 +189,8 @@ std::string hf_architecture_for(const ModelConfig& m) {
   const auto refuse = [](const std::string& feature) {
     throw InputError(fmt::format("{} has no Hugging Face equivalent; such a model cannot be exported", feature));
   };
-  if (m.residual != "plain") refuse(fmt::format("model.residual = \"{}\"", m.residual));
-  if (m.width_profile != "uniform") refuse(fmt::format("model.width_profile = \"{}\"", m.width_profile));
+  if (m.residual != ResidualMode::plain) refuse(fmt::format("model.residual = \"{}\"", choice_name(m.residual)));
+  if (m.width_profile != WidthProfile::uniform) refuse(fmt::format("model.width_profile = \"{}\"", choice_name(m.width_profile)));
   // Each layer's parts say whether a Hugging Face architecture has them (models/block_registry.h).
   for (int64_t layer = 0; layer < m.n_layers; ++layer) {
     const TokenMixerKind& mixer = token_mixer_of(m, layer);
@@ -205,15 +205,15 @@ std::string hf_architecture_for(const ModelConfig& m) {
   for (const Family& f : kFamilies) {
     if (m.arch != f.arch) continue;
     if (m.qk_norm != f.qk_norm)
-      throw InputError(fmt::format("model.arch = \"{}\" {} a q/k norm but model.qk_norm = {}", m.arch,
+      throw InputError(fmt::format("model.arch = \"{}\" {} a q/k norm but model.qk_norm = {}", choice_name(m.arch),
                                    f.qk_norm ? "has" : "has no", m.qk_norm));
-    const bool qwen2 = m.arch == "qwen2";
-    if (qwen2 != (m.attention_bias == "qkv") || (m.arch == "mistral" && m.attention_bias != "none"))
-      throw InputError(fmt::format("model.attention_bias = \"{}\" is not what {} has", m.attention_bias,
+    const bool qwen2 = m.arch == Architecture::qwen2;
+    if (qwen2 != (m.attention_bias == AttentionBias::qkv) || (m.arch == Architecture::mistral && m.attention_bias != AttentionBias::none))
+      throw InputError(fmt::format("model.attention_bias = \"{}\" is not what {} has", choice_name(m.attention_bias),
                                    f.architecture));
     return f.architecture;
   }
-  throw InputError(fmt::format("model.arch = \"{}\" has no Hugging Face architecture", m.arch));
+  throw InputError(fmt::format("model.arch = \"{}\" has no Hugging Face architecture", choice_name(m.arch)));
 }
 
 json hf_config_json(const ModelConfig& m, int64_t vocab_size, const std::string& torch_dtype, int64_t bos_id,
@@ -225,8 +225,8 @@ json hf_config_json(const ModelConfig& m, int64_t vocab_size, const std::string&
     if (architecture == f.architecture) model_type = f.model_type;
   const auto id_or_null = [](int64_t id) { return id >= 0 ? json(id) : json(); };
   json rope = {{"rope_type", "default"}};
-  if (m.rope_scaling == "linear") rope = {{"rope_type", "linear"}, {"factor", m.rope_scaling_factor}};
-  if (m.rope_scaling == "llama3")
+  if (m.rope_scaling == RopeScalingKind::linear) rope = {{"rope_type", "linear"}, {"factor", m.rope_scaling_factor}};
+  if (m.rope_scaling == RopeScalingKind::llama3)
     rope = {{"rope_type", "llama3"},
             {"factor", m.rope_scaling_factor},
             {"low_freq_factor", m.rope_low_freq_factor},
@@ -253,10 +253,10 @@ json hf_config_json(const ModelConfig& m, int64_t vocab_size, const std::string&
                  {"pad_token_id", id_or_null(pad_id)}};
   // transformers 4 reads rope_theta / rope_scaling, transformers 5 rope_parameters: both are written.
   config["rope_theta"] = m.rope_theta;
-  config["rope_scaling"] = m.rope_scaling == "none" ? json() : rope;
+  config["rope_scaling"] = m.rope_scaling == RopeScalingKind::none ? json() : rope;
   rope["rope_theta"] = m.rope_theta;
   config["rope_parameters"] = rope;
-  if (model_type != "qwen2") config["attention_bias"] = m.attention_bias == "all";
+  if (model_type != "qwen2") config["attention_bias"] = m.attention_bias == AttentionBias::all;
   if (model_type == "llama") config["mlp_bias"] = false;
   if (model_type == "qwen2" || model_type == "qwen3") {
     config["use_sliding_window"] = false;

@@ -40,7 +40,7 @@ std::vector<ParameterShape> hf_parameter_shapes(const ModelConfig& m, int64_t vo
   const int64_t d = m.d_model, h = resolved_head_dim(m), ffn = resolved_ffn_dim(m);
   const int64_t q_width = m.n_heads * h, kv_width = m.n_kv_heads * h;
   std::vector<ParameterShape> shapes = {{"embed.weight", {vocab_size, d}}};
-  const bool qkv_bias = m.attention_bias != "none";
+  const bool qkv_bias = m.attention_bias != AttentionBias::none;
   for (int64_t i = 0; i < m.n_layers; ++i) {
     const std::string block = fmt::format("blocks.{}.", i);
     const auto add = [&](const std::string& name, std::vector<int64_t> shape) {
@@ -54,7 +54,7 @@ std::vector<ParameterShape> hf_parameter_shapes(const ModelConfig& m, int64_t vo
     add("attn.v_proj.weight", {kv_width, d});
     if (qkv_bias) add("attn.v_proj.bias", {kv_width});
     add("attn.o_proj.weight", {d, q_width});
-    if (m.attention_bias == "all") add("attn.o_proj.bias", {d});
+    if (m.attention_bias == AttentionBias::all) add("attn.o_proj.bias", {d});
     if (m.qk_norm) {
       add("attn.q_norm.weight", {h});
       add("attn.k_norm.weight", {h});

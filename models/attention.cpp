@@ -26,12 +26,12 @@ AttentionImpl::AttentionImpl(const ModelConfig& config, int64_t layer_index)
       n_heads_(config.n_heads),
       n_kv_heads_(config.n_kv_heads),
       head_dim_(resolved_head_dim(config)),
-      qkv_conv_after_norm_(config.qkv_conv_position == "after_norm"),
+      qkv_conv_after_norm_(config.qkv_conv_position == QkvConvPosition::after_norm),
       qkv_conv_zero_init_(config.qkv_conv_zero_init),
       sink_(config.attention_sink) {
   TORCH_CHECK(n_heads_ % n_kv_heads_ == 0, "n_kv_heads must divide n_heads");
-  const bool qkv_bias = config.attention_bias != "none";
-  const bool o_bias = config.attention_bias == "all";
+  const bool qkv_bias = config.attention_bias != AttentionBias::none;
+  const bool o_bias = config.attention_bias == AttentionBias::all;
   q_proj = register_module("q_proj", linear(config.d_model, n_heads_ * head_dim_, qkv_bias));
   k_proj = register_module("k_proj", linear(config.d_model, n_kv_heads_ * head_dim_, qkv_bias));
   v_proj = register_module("v_proj", linear(config.d_model, n_kv_heads_ * head_dim_, qkv_bias));
@@ -50,8 +50,8 @@ int64_t AttentionImpl::parameter_count(const ModelConfig& config) {
   const int64_t d = config.d_model, hd = resolved_head_dim(config);
   const int64_t q_width = config.n_heads * hd, kv_width = config.n_kv_heads * hd;
   int64_t count = 2 * d * q_width + 2 * d * kv_width;  // W_q, W_o, W_k, W_v
-  if (config.attention_bias != "none") count += q_width + 2 * kv_width;
-  if (config.attention_bias == "all") count += d;
+  if (config.attention_bias != AttentionBias::none) count += q_width + 2 * kv_width;
+  if (config.attention_bias == AttentionBias::all) count += d;
   if (config.qk_norm) count += 2 * hd;
   if (config.qkv_conv) count += (q_width + 2 * kv_width) * config.qkv_conv_kernel;
   return count;

@@ -10,23 +10,20 @@
 
 namespace inkstone {
 
-ModelConfig delta_routing_config(const ModelConfig& plain, int64_t heads, const std::string& sources,
-                                 int64_t blocks) {
-  if (plain.residual != "plain")
+ModelConfig delta_routing_config(const ModelConfig& plain, int64_t heads, DeltaSources sources, int64_t blocks) {
+  if (plain.residual != ResidualMode::plain)
     throw InputError(fmt::format("only a plain-residual model converts to delta routing; this one has "
-                                 "model.residual = \"{}\"", plain.residual));
+                                 "model.residual = \"{}\"", choice_name(plain.residual)));
   if (heads < 1 || plain.d_model % heads != 0)
     throw InputError(fmt::format("routing heads {} must divide model.d_model = {}", heads, plain.d_model));
-  if (sources != "sublayer" && sources != "block")
-    throw InputError(fmt::format("delta sources '{}' is neither sublayer nor block", sources));
-  if (sources == "block" && (blocks < 1 || blocks > plain.n_layers))
+  if (sources == DeltaSources::block && (blocks < 1 || blocks > plain.n_layers))
     throw InputError(fmt::format("delta blocks {} must lie in 1..model.n_layers = {}", blocks, plain.n_layers));
   ModelConfig routed = plain;
-  routed.residual = "delta";
+  routed.residual = ResidualMode::delta;
   routed.residual_heads = heads;
   routed.residual_delta = sources;
-  routed.residual_delta_gate = "zero";  // α = 0: the converted model is the plain one
-  if (sources == "block") routed.residual_blocks = blocks;
+  routed.residual_delta_gate = DeltaGate::zero;  // α = 0: the converted model is the plain one
+  if (sources == DeltaSources::block) routed.residual_blocks = blocks;
   return routed;
 }
 

@@ -13,7 +13,7 @@ namespace inkstone {
 
 // The plain config with delta routing: H heads, sources "sublayer" or "block" (N_b blocks). An InputError when
 // `plain` is not a plain-residual model.
-ModelConfig delta_routing_config(const ModelConfig& plain, int64_t heads, const std::string& sources, int64_t blocks);
+ModelConfig delta_routing_config(const ModelConfig& plain, int64_t heads, DeltaSources sources, int64_t blocks);
 
 // Copies the plain model's weights into `routed` by name; the routing parameters keep their init. A weight the
 // routed model lacks, or one of another shape, is an InputError naming `origin`.

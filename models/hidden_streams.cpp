@@ -19,7 +19,7 @@ void warn_if_streams_never_cross(const ModelConfig& config) {
 
 StreamLayout::StreamLayout(const ModelConfig& config)
     : n_(config.hidden_streams),
-      per_token_positions_(config.hidden_positions == "per_token"),
+      per_token_positions_(config.hidden_positions == HiddenPositions::per_token),
       local_sees_token_(config.hidden_local_sees_token) {}
 
 torch::Tensor StreamLayout::interleave(const std::vector<torch::Tensor>& copies) const {

@@ -69,11 +69,11 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   if (config.time_conditioning) time_embed = register_module("time_embed", TimeEmbedding(config.cond_dim));
   blocks = register_module("blocks", torch::nn::ModuleList());
   for (int64_t i = 0; i < config.n_layers; ++i) blocks->push_back(Block(layer_config(config, widths_[i]), i));
-  if (config.residual != "plain") routing = register_module("routing", ResidualRouter(config));
-  if (config.width_profile == "uniform") {
+  if (config.residual != ResidualMode::plain) routing = register_module("routing", ResidualRouter(config));
+  if (config.width_profile == WidthProfile::uniform) {
     start_stream_ = residual_stream_starter(config, routing.is_empty() ? nullptr : routing.get());
   } else {
-    start_stream_ = [widths = widths_, carry = config.width_expand == "carry_forward"](const torch::Tensor& embedding)
+    start_stream_ = [widths = widths_, carry = config.width_expand == WidthExpand::carry_forward](const torch::Tensor& embedding)
         -> std::unique_ptr<ResidualStream> { return std::make_unique<WidthVaryingStream>(widths, carry, embedding); };
   }
   final_norm = register_module("final_norm", RMSNorm(widths_.back(), config.norm_eps));

@@ -14,7 +14,7 @@ MoEImpl::MoEImpl(const ModelConfig& config, int64_t layer_index)
     : layer_index_(layer_index),
       num_experts_(config.moe_experts),
       top_k_(config.moe_top_k),
-      sigmoid_(config.moe_router == "sigmoid"),
+      sigmoid_(config.moe_router == MoeRouter::sigmoid),
       route_scale_(config.moe_route_scale),
       aux_loss_coef_(config.moe_aux_loss_coef),
       z_loss_coef_(config.moe_z_loss_coef),

@@ -19,14 +19,6 @@ torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& q
   return (weights * sources.view({S, B, T, heads, d / heads})).sum(0).view({B, T, d});
 }
 
-DeltaGate delta_gate_of(const std::string& name) {
-  if (name == "zero") return DeltaGate::zero;
-  if (name == "sigmoid") return DeltaGate::sigmoid;
-  if (name == "sigmoid_token") return DeltaGate::sigmoid_token;
-  TORCH_CHECK(name == "none", "unknown delta gate '", name, "'");
-  return DeltaGate::none;
-}
-
 RoutingSiteImpl::RoutingSiteImpl(int64_t d_model, double norm_eps, bool delta, DeltaGate gate_kind)
     : norm_eps_(norm_eps), gate_kind_(gate_kind) {
   query = register_parameter("query", torch::zeros({d_model}));
@@ -61,10 +53,10 @@ torch::Tensor RoutingSiteImpl::route(const std::vector<torch::Tensor>& sources, 
 
 ResidualRouterImpl::ResidualRouterImpl(const ModelConfig& config) {
   sites = register_module("sites", torch::nn::ModuleList());
-  if (config.residual == "plain") return;
+  if (config.residual == ResidualMode::plain) return;
   for (int64_t i = 0; i <= final_site(config.n_layers); ++i)
-    sites->push_back(RoutingSite(config.d_model, config.norm_eps, config.residual == "delta",
-                                 delta_gate_of(config.residual_delta_gate)));
+    sites->push_back(RoutingSite(config.d_model, config.norm_eps, config.residual == ResidualMode::delta,
+                                 config.residual_delta_gate));
 }
 
 int64_t routing_block_size(const ModelConfig& config) {
@@ -195,21 +187,20 @@ class DeltaStream : public ResidualStream {
 
 ResidualStreamStarter residual_stream_starter(const ModelConfig& config, ResidualRouterImpl* router) {
   using Stream = std::unique_ptr<ResidualStream>;
-  const auto& mode = config.residual;
-  if (mode == "plain")
+  const ResidualMode mode = config.residual;
+  if (mode == ResidualMode::plain)
     return [](const torch::Tensor& embedding) -> Stream { return std::make_unique<PlainStream>(embedding); };
-  TORCH_CHECK(router != nullptr, "residual routing '", mode, "' needs the model's router");
+  TORCH_CHECK(router != nullptr, "residual routing '", choice_name(mode), "' needs the model's router");
   const int64_t heads = config.residual_heads;
-  if (mode == "attnres" || mode == "mhar")
+  if (mode == ResidualMode::attnres || mode == ResidualMode::mhar)
     return [router, heads](const torch::Tensor& embedding) -> Stream {
       return std::make_unique<FullRoutingStream>(*router, heads, embedding);
     };
-  if (mode == "block_attnres")
+  if (mode == ResidualMode::block_attnres)
     return [router, heads, block_size = routing_block_size(config)](const torch::Tensor& embedding) -> Stream {
       return std::make_unique<BlockRoutingStream>(*router, heads, block_size, embedding);
     };
-  TORCH_CHECK(mode == "delta", "unknown residual routing '", mode, "'");
-  const int64_t block_size = config.residual_delta == "block" ? routing_block_size(config) : 0;
+  const int64_t block_size = config.residual_delta == DeltaSources::block ? routing_block_size(config) : 0;
   return [router, heads, block_size, layers = config.n_layers](const torch::Tensor& embedding) -> Stream {
     return std::make_unique<DeltaStream>(*router, heads, block_size, layers, embedding);
   };

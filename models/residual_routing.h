@@ -33,8 +33,6 @@ torch::Tensor route_sources(const torch::Tensor& sources, const torch::Tensor& q
 // (the exact identity); "sigmoid" α = σ(a − 2); "sigmoid_token" α_t = σ(⟨w, p_t⟩ + a − 2), a gate per token read
 // from the plain stream; "none" α = 1. a and w start at 0, so the sigmoid gates open at σ(−2) ≈ 0.12 (the
 // reference's logit init −2) and weight decay pulls them back toward it.
-enum class DeltaGate { zero, sigmoid, sigmoid_token, none };
-DeltaGate delta_gate_of(const std::string& name);
 
 // One routing site's parameters: a static pseudo-query (zero at init: the uniform mean of the sources) and the
 // key norm's gain; delta sites add a null source (zero at init) and their gate.

@@ -9,9 +9,9 @@ namespace inkstone {
 torch::Tensor rope_frequencies(int64_t head_dim, double theta, const RopeScaling& scaling) {
   const auto j = torch::arange(head_dim / 2, torch::kDouble);
   const auto omega = torch::pow(theta, -2.0 * j / static_cast<double>(head_dim));
-  if (scaling.kind == "none") return omega;
-  if (scaling.kind == "linear") return omega / scaling.factor;
-  TORCH_CHECK(scaling.kind == "llama3", "unknown RoPE scaling ", scaling.kind);
+  if (scaling.kind == RopeScalingKind::none) return omega;
+  if (scaling.kind == RopeScalingKind::linear) return omega / scaling.factor;
+  // llama3
   const double context = static_cast<double>(scaling.original_max_len);
   const auto wavelength = 2 * M_PI / omega;
   // smooth = 0 at wavelength context/low (fully scaled), 1 at context/high (kept).

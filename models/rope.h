@@ -6,13 +6,15 @@
 
 #include <torch/types.h>
 
+#include "config/config.h"
+
 namespace inkstone {
 
 // Scaled frequencies for contexts longer than the base model's (docs/rope.md, "Scaling"): linear divides every
 // ω_j by the factor (position interpolation); llama3 divides the long wavelengths (2π/ω_j > original_max_len / low)
 // by it, keeps the short ones (< original_max_len / high) and blends linearly in 1/wavelength between.
 struct RopeScaling {
-  std::string kind = "none";  // none | linear | llama3
+  RopeScalingKind kind = RopeScalingKind::none;
   double factor = 1.0;
   double low_freq_factor = 1.0;
   double high_freq_factor = 4.0;

@@ -72,7 +72,7 @@ void check_head_dims(const ModelConfig& config, const std::vector<int64_t>& widt
 }  // namespace
 
 std::vector<int64_t> layer_widths(const ModelConfig& config) {
-  if (config.width_profile == "uniform") return std::vector<int64_t>(config.n_layers, config.d_model);
+  if (config.width_profile == WidthProfile::uniform) return std::vector<int64_t>(config.n_layers, config.d_model);
   const std::vector<int64_t> uniform(config.n_layers, config.d_model);
   const auto target = static_cast<double>(width_dependent_parameter_count(config, uniform));
   const int64_t k = resolved_bottleneck_layer(config);

@@ -14,7 +14,7 @@ namespace inkstone {
 
 torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t) {
   const auto rate = schedule.log_snr_rate(t).abs();
-  auto weight = config.weighting == "snr" ? torch::ones_like(rate) : rate;
+  auto weight = config.weighting == LossWeighting::snr ? torch::ones_like(rate) : rate;
   if (config.max_weight > 0) weight = weight.clamp_max(config.max_weight);
   return weight / rate;
 }
@@ -24,7 +24,7 @@ DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& to
       z_loss_(config.objective.z_loss),
       logit_chunk_mib_(config.objective.logit_chunk_mib),
       time_conditioning_(config.model.time_conditioning),
-      padded_windows_(config.data.mode == "pad"),
+      padded_windows_(config.data.mode == WindowMode::pad),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
       schedule_(make_noise_schedule(config.diffusion)),
       support_(tokenizer, config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size(),

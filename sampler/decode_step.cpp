@@ -20,8 +20,8 @@ std::string graph_decode_obstacle(const ModelConfig& config) {
     if (!ffn.empty()) return "model.ffn_pattern has " + ffn;
   }
   if (config.qkv_conv) return "model.qkv_conv is on";
-  if (config.residual != "plain") return "model.residual is " + config.residual;
-  if (config.width_profile != "uniform") return "model.width_profile is " + config.width_profile;
+  if (config.residual != ResidualMode::plain) return std::string("model.residual is ") + choice_name(config.residual);
+  if (config.width_profile != WidthProfile::uniform) return std::string("model.width_profile is ") + choice_name(config.width_profile);
   if (config.hidden_streams > 1) return "model.hidden_streams > 1";
   if (config.time_conditioning) return "model.time_conditioning is on";
   return "";

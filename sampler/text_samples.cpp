@@ -28,7 +28,7 @@ DiffusionSampleOptions diffusion_sample_options(const SampleConfig& sample) {
   options.seed = sample.seed;
   options.min_p = sample.min_p;
   options.fused = sample.fused;
-  options.posterior_dtype = sample.posterior == "float32" ? torch::kFloat : torch::kDouble;
+  options.posterior_dtype = sample.posterior == PosteriorPrecision::float32 ? torch::kFloat : torch::kDouble;
   return options;
 }
 

@@ -28,7 +28,7 @@ inline double max_relative_diff(const torch::Tensor& got, const torch::Tensor& w
 // A 2-layer, 32-wide Qwen3 block stack; init_std above 0.02 makes logits differ visibly between tokens.
 inline ModelConfig tiny_model_config(double init_std, bool time_conditioning = false) {
   ModelConfig c = default_config().model;  // every key has its documented default
-  c.arch = "qwen3";
+  c.arch = Architecture::qwen3;
   c.vocab_size = 0;
   c.d_model = 32;
   c.n_layers = 2;

@@ -50,7 +50,7 @@ int convert(const ConvertOptions& o) {
   const ModelConfig plain_config = config.model;
   const int64_t heads = o.heads > 0 ? o.heads : plain_config.n_kv_heads;  // H = n_kv: the MHAR default
   const int64_t blocks = o.blocks > 0 ? o.blocks : plain_config.n_layers;
-  config.model = delta_routing_config(plain_config, heads, o.sources, blocks);
+  config.model = delta_routing_config(plain_config, heads, choice_named<DeltaSources>(o.sources).value(), blocks);
   const auto tokenizer = tokenizer_from_json(source.tokenizer, o.from + "/tokenizer.json");
 
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
@@ -78,7 +78,9 @@ int convert(const ConvertOptions& o) {
   const auto counts = routed->param_counts();
   fmt::print("converted {} (step {}) to delta routing: {} heads, {} sources{}; +{} routing parameters ({} total)\n",
              o.from, source.step, heads, o.sources,
-             o.sources == "block" ? fmt::format(" ({} blocks)", config.model.residual_blocks) : std::string(),
+             config.model.residual_delta == DeltaSources::block
+                 ? fmt::format(" ({} blocks)", config.model.residual_blocks)
+                 : std::string(),
              counts.routing, counts.total);
   fmt::print("max |logit difference| to the plain model on a probe: {}\n", deviation);
   fmt::print("wrote {}\ncontinue: inkstone train {}/config.toml --run-dir {} --resume\n", written.string(),
@@ -95,7 +97,7 @@ void add_convert_command(CLI::App& app, Action& action) {
   cmd->add_option("--out", options->out, "New run folder for the converted model")->required();
   cmd->add_option("--heads", options->heads, "Routing heads H (default: model.n_kv_heads)");
   cmd->add_option("--sources", options->sources, "Delta sources: sublayer (every output) or block")
-      ->check(CLI::IsMember({"sublayer", "block"}));
+      ->check(choice_member<DeltaSources>());
   cmd->add_option("--blocks", options->blocks, "Blocks of layers with --sources block (default: n_layers)");
   cmd->callback([options, &action] { action = [options] { return convert(*options); }; });
 }

@@ -137,7 +137,7 @@ int eval(const EvalOptions& o) {
   WindowLoaderOptions loader_options;
   loader_options.split = o.split;
   loader_options.window_len = config.data.seq_len + trained.objective->needs().window_extra;
-  loader_options.mode = window_mode_from_name(config.data.mode);
+  loader_options.mode = config.data.mode;
   loader_options.expected_tokenizer_fingerprint = trained.tokenizer->fingerprint();
   WindowLoader loader(config.data.path, loader_options);
   const int64_t batch = o.batch_size > 0 ? o.batch_size : config.train.batch_size / config.train.grad_accum;

@@ -58,7 +58,7 @@ std::vector<PlannedTensor> plan_weights(const HfCheckpointFiles& files, const Mo
   for (const std::string& name : files.names()) {
     if (used.count(name) || derivable(name) || (model.tie_embeddings && name == "lm_head.weight")) continue;
     throw InputError(fmt::format("{}: tensor '{}' has no place in a {} model with this config.json",
-                                 files.file_of(name).string(), name, model.arch));
+                                 files.file_of(name).string(), name, choice_name(model.arch)));
   }
   return planned;
 }

@@ -58,7 +58,7 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.diffusion_sampler = o.diffusion_sampler.value_or(sample.diffusion_sampler);
   sample.noise_removal = o.noise_removal.value_or(sample.noise_removal);
   sample.min_p = o.min_p.value_or(sample.min_p);
-  sample.posterior = o.posterior.value_or(sample.posterior);
+  if (o.posterior) sample.posterior = choice_named<PosteriorPrecision>(*o.posterior).value();
   sample.block_size = o.block_size.value_or(sample.block_size);
   return sample;
 }
@@ -293,7 +293,7 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--min-p", o->min_p, "Diffusion: keep tokens with x̂ >= min-p times the largest")
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--posterior", o->posterior, "Diffusion: float64 | float32, the precision of x̂ and the posterior")
-      ->check(CLI::IsMember({"float64", "float32"}));
+      ->check(choice_member<PosteriorPrecision>());
   cmd->add_option("--batch-size", o->batch_size, "Diffusion: sequences per denoiser call")
       ->check(count_range(1, 1 << 20));
   cmd->add_flag("--eager", o->eager,
@@ -306,8 +306,7 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--device", o->device, "auto | cpu | cuda (default: the run's)");
   cmd->add_option("--param-dtype", o->param_dtype,
                   "fp32 | bf16: the weights' dtype while sampling (default: the run's)")
-      ->check(CLI::IsMember(std::vector<std::string>(ChoiceNames<FloatFormat>::names.begin(),
-                                                     ChoiceNames<FloatFormat>::names.end())));
+      ->check(choice_member<FloatFormat>());
   cmd->add_flag("--keep-special", o->keep_special, "Print special tokens (<|im_end|>, eos) instead of dropping them");
   cmd->callback([o, &action] {
     action = [o] {

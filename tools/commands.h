@@ -7,7 +7,17 @@
 
 #include <CLI/CLI.hpp>
 
+#include "config/config.h"
+
 namespace inkstone::cli {
+
+// An option taking one of a config enum's values by its config spelling (config.h, ChoiceNames); the action reads
+// it with choice_named.
+template <typename Choice>
+CLI::IsMember choice_member() {
+  const auto& names = ChoiceNames<Choice>::names;
+  return CLI::IsMember(std::vector<std::string>(names.begin(), names.end()));
+}
 
 // Bounds of an integer option, named in its error (CLI11's PositiveNumber prints 1.8e308 in full as its bound).
 // The text is read here: CLI::Range reads it through a conversion that clamps an integer beyond int64 to the

@@ -47,7 +47,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     WindowLoaderOptions o;
     o.split = split;
     o.window_len = config.data.seq_len + needs.window_extra;
-    o.mode = window_mode_from_name(config.data.mode);
+    o.mode = config.data.mode;
     o.seed = static_cast<uint64_t>(data_order_seed(config));
     o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
     o.expected_vocab_size = tokenizer.vocab_size();
@@ -86,8 +86,8 @@ void print_model_shape(const ModelConfig& m, const LanguageModelImpl& model, int
     fmt::print(stderr, "warning: the x-shaped widths miss the uniform parameter count by {:.2f}%; lower "
                "model.width_quantum for a closer match\n", 100 * mismatch);
   const std::string routing_text =
-      m.residual == "plain" ? "plain residual"
-                            : fmt::format("residual {} ({} heads, {} routing parameters)", m.residual,
+      m.residual == ResidualMode::plain ? "plain residual"
+                            : fmt::format("residual {} ({} heads, {} routing parameters)", choice_name(m.residual),
                                           m.residual_heads, model.param_counts().routing);
   fmt::print("{}, {}, init {}; forward {:.2f} MFLOP/token at context {} (training about 3x)\n", routing_text,
              width_text, m.init, model.forward_flops_per_token(context) / 1e6, context);
@@ -98,13 +98,13 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
   const ParamCounts counts = model->param_counts();
   fmt::print("run {} -> {}\n", config.run.name, run_dir.string());
   fmt::print("model {}: {} parameters ({} embedding, {} non-embedding), {} layers, d_model {}\n",
-             config.model.arch, counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
+             choice_name(config.model.arch), counts.total, counts.embedding, counts.non_embedding, config.model.n_layers,
              config.model.d_model);
   print_model_shape(config.model, *model, config.data.seq_len);
   if (config.model.hidden_streams > 1)
     fmt::print("hidden decoding: {} streams ({} slots per sequence), attention \"{}\", positions {}\n",
                config.model.hidden_streams, config.model.hidden_streams * config.data.seq_len,
-               config.model.hidden_attention, config.model.hidden_positions);
+               config.model.hidden_attention, choice_name(config.model.hidden_positions));
   if (const int64_t inactive = inactive_expert_parameters(*model); inactive > 0)
     fmt::print("mixture of experts: {} active parameters per token of {} ({} in unselected experts)\n",
                counts.total - inactive, counts.total, inactive);

@@ -11,8 +11,8 @@ namespace inkstone {
 double learning_rate_at(const ScheduleConfig& s, double peak_lr, int64_t step, int64_t total_steps) {
   if (step < s.warmup_steps) return peak_lr * static_cast<double>(step + 1) / static_cast<double>(s.warmup_steps);
   const double min_lr = peak_lr * s.min_lr_ratio;
-  if (s.kind == "constant") return peak_lr;
-  if (s.kind == "cosine") {
+  if (s.kind == LrScheduleKind::constant) return peak_lr;
+  if (s.kind == LrScheduleKind::cosine) {
     const double span = std::max<int64_t>(1, total_steps - s.warmup_steps - 1);
     const double progress = std::min(1.0, static_cast<double>(step - s.warmup_steps) / span);
     return min_lr + (peak_lr - min_lr) * 0.5 * (1.0 + std::cos(M_PI * progress));

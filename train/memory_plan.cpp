@@ -24,7 +24,7 @@ int64_t parameters_of(const torch::nn::Module& module) {
 // Everything outside the blocks, embeddings and head: small (a few vectors per layer), so built and counted.
 int64_t small_module_parameters(const ModelConfig& c) {
   int64_t n = 0;
-  if (c.residual != "plain") n += parameters_of(*ResidualRouter(c));
+  if (c.residual != ResidualMode::plain) n += parameters_of(*ResidualRouter(c));
   if (c.time_conditioning) {
     n += parameters_of(*TimeEmbedding(c.cond_dim));
     n += parameters_of(*AdaLN(c.cond_dim, c.d_model, 1, /*with_gate=*/false));
@@ -65,7 +65,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
     plan.largest_branch = std::max({plan.largest_branch, mixer_branch, ffn_branch});
     plan.parameters += block_parameter_count(lc, static_cast<int64_t>(i));
     const double per_branch = (c.time_conditioning ? 4.0 : 2.0) * static_cast<double>(w);
-    double floats = 2 * per_branch + (c.residual != "plain" ? 2.0 * w : 0.0);
+    double floats = 2 * per_branch + (c.residual != ResidualMode::plain ? 2.0 * w : 0.0);
     if (mixer.saved_floats_per_token) floats += mixer.saved_floats_per_token(lc, slots);
     if (ffn.saved_floats_per_token) floats += ffn.saved_floats_per_token(lc, slots);
     layer_floats.push_back(floats);

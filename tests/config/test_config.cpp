@@ -114,7 +114,7 @@ TEST(Config, OverridesAreTyped) {
                                  "model.tie_embeddings=false", "run.name=\"quoted\"", "optim.no_decay=[\"bias\"]"});
   EXPECT_DOUBLE_EQ(c.optim.learning_rate, 3e-4);
   EXPECT_EQ(c.train.steps, 7);
-  EXPECT_EQ(c.schedule.kind, "wsd");
+  EXPECT_EQ(c.schedule.kind, LrScheduleKind::wsd);
   EXPECT_FALSE(c.model.tie_embeddings);
   EXPECT_EQ(c.run.name, "quoted");
   EXPECT_EQ(c.optim.no_decay, std::vector<std::string>{"bias"});

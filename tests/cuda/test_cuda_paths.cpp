@@ -445,7 +445,7 @@ TEST(Cuda, FusedQkNormRopeMatchesTheCpuTwin) {
 TEST(Cuda, MharModelTrainsAsOnTheCpu) {
   INKSTONE_REQUIRE_CUDA();
   auto config = testing::tiny_model_config(/*init_std=*/0.3);
-  config.residual = "mhar";
+  config.residual = ResidualMode::mhar;
   config.residual_heads = 2;
   torch::manual_seed(11);
   auto model = build_language_model(config, kVocab);

@@ -222,11 +222,5 @@ TEST_F(WindowLoaderTest, SplitTooSmallForOneWindowIsAnInputError) {
   EXPECT_EQ(input_error_of([&] { WindowLoader(dir_, val); }), dir_.string() + " split 'val' has no documents");
 }
 
-TEST(WindowMode, ParsesNames) {
-  EXPECT_EQ(window_mode_from_name("pack"), WindowMode::pack);
-  EXPECT_EQ(window_mode_from_name("pad"), WindowMode::pad);
-  EXPECT_THROW(window_mode_from_name("packed"), InputError);
-}
-
 }  // namespace
 }  // namespace inkstone

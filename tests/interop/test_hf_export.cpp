@@ -82,14 +82,14 @@ TEST(HfExport, RefusesAnExistingFolder) {
 
 TEST(HfExport, RefusesFeaturesWithoutAnHfEquivalentByName) {
   const std::vector<std::pair<std::function<void(ModelConfig&)>, std::string>> cases = {
-      {[](ModelConfig& m) { m.residual = "mhar"; }, "model.residual"},
-      {[](ModelConfig& m) { m.width_profile = "geometric"; }, "model.width_profile"},
+      {[](ModelConfig& m) { m.residual = ResidualMode::mhar; }, "model.residual"},
+      {[](ModelConfig& m) { m.width_profile = WidthProfile::geometric; }, "model.width_profile"},
       {[](ModelConfig& m) { m.mixer_pattern = "CA"; }, "short conv"},
       {[](ModelConfig& m) { m.ffn_pattern = "M"; }, "MoE"},
       {[](ModelConfig& m) { m.hidden_streams = 2; }, "model.hidden_streams"},
       {[](ModelConfig& m) { m.time_conditioning = true; }, "model.time_conditioning"},
       {[](ModelConfig& m) { m.qkv_conv = true; }, "model.qkv_conv"},
-      {[](ModelConfig& m) { m.arch = "llama"; }, "model.qk_norm"},
+      {[](ModelConfig& m) { m.arch = Architecture::llama; }, "model.qk_norm"},
   };
   for (const auto& [change, feature] : cases) {
     ModelConfig model = default_config().model;
@@ -135,8 +135,8 @@ TEST(HfExport, ParameterShapesAreTheBuiltModels) {
   const std::vector<std::function<void(ModelConfig&)>> variants = {
       [](ModelConfig&) {},
       [](ModelConfig& m) { m.tie_embeddings = false; },
-      [](ModelConfig& m) { m.arch = "qwen2", m.qk_norm = false, m.attention_bias = "qkv"; },
-      [](ModelConfig& m) { m.arch = "llama", m.qk_norm = false, m.attention_bias = "all", m.head_dim = 24; },
+      [](ModelConfig& m) { m.arch = Architecture::qwen2, m.qk_norm = false, m.attention_bias = AttentionBias::qkv; },
+      [](ModelConfig& m) { m.arch = Architecture::llama, m.qk_norm = false, m.attention_bias = AttentionBias::all, m.head_dim = 24; },
   };
   for (const auto& change : variants) {
     ModelConfig model = default_config().model;
@@ -148,7 +148,7 @@ TEST(HfExport, ParameterShapesAreTheBuiltModels) {
     for (const auto& p : hf_parameter_shapes(model, 300)) implied.emplace_back(p.name, p.shape);
     std::sort(actual.begin(), actual.end());
     std::sort(implied.begin(), implied.end());
-    EXPECT_EQ(actual, implied) << model.arch;
+    EXPECT_EQ(actual, implied) << choice_name(model.arch);
     for (const auto& [name, shape] : implied) EXPECT_NO_THROW(hf_name(name)) << name;
   }
 }

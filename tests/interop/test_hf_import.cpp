@@ -66,10 +66,10 @@ TEST(HfImport, ReadsTheConfigExactly) {
   EXPECT_TRUE(qwen3.model.tie_embeddings);
   EXPECT_EQ(qwen3.model.rope_theta, 1e6);
   const auto qwen2 = read_hf_config(hf_fixture("qwen2_bias") / "config.json");
-  EXPECT_EQ(qwen2.model.attention_bias, "qkv");
+  EXPECT_EQ(qwen2.model.attention_bias, AttentionBias::qkv);
   EXPECT_FALSE(qwen2.model.qk_norm);
   const auto llama = read_hf_config(hf_fixture("llama3_scaling") / "config.json");
-  EXPECT_EQ(llama.model.rope_scaling, "llama3");
+  EXPECT_EQ(llama.model.rope_scaling, RopeScalingKind::llama3);
   EXPECT_EQ(llama.model.rope_scaling_factor, 8.0);
   EXPECT_EQ(llama.model.rope_original_max_len, 64);
   EXPECT_EQ(llama.dtype, "float16");

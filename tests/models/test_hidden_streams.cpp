@@ -28,7 +28,7 @@ ModelConfig streams_config(int64_t n, const std::string& attention = "LX") {
 // hidden-decoding keys say.
 TEST(HiddenStreams, OneStreamIsThePlainModel) {
   auto c = streams_config(1, "L");
-  c.hidden_positions = "per_token";
+  c.hidden_positions = HiddenPositions::per_token;
   c.hidden_local_sees_token = true;
   torch::manual_seed(1);
   auto plain = build_language_model(testing::tiny_model_config(0.2), 37);
@@ -64,7 +64,7 @@ TEST(HiddenStreams, SlotsInterleaveStreamsAndTheReadoutKeepsTheLast) {
   const auto positions = torch::tensor({0, 1, 5}, torch::kLong).view({1, 3});
   EXPECT_TRUE(torch::equal(layout.slot_positions(positions),
                            torch::tensor({0, 1, 2, 3, 4, 5, 15, 16, 17}, torch::kLong).view({1, 9})));
-  c.hidden_positions = "per_token";
+  c.hidden_positions = HiddenPositions::per_token;
   EXPECT_TRUE(torch::equal(StreamLayout(c).slot_positions(positions),
                            torch::tensor({0, 0, 0, 1, 1, 1, 5, 5, 5}, torch::kLong).view({1, 9})));
   const auto flags = torch::tensor({false, true}).view({1, 2});
@@ -145,7 +145,7 @@ class HiddenStreamsDecode : public ::testing::TestWithParam<StreamsCase> {};
 
 LanguageModel decode_model(const StreamsCase& variant) {
   auto c = streams_config(variant.streams, variant.attention);
-  c.hidden_positions = variant.positions;
+  c.hidden_positions = choice_named<HiddenPositions>(variant.positions).value();
   c.hidden_local_sees_token = variant.local_sees_token;
   auto model = build_language_model(c, 37);
   model->eval();

@@ -19,7 +19,7 @@ ModelConfig moe_config(const std::string& router = "softmax") {
   c.moe_experts = 4;
   c.moe_top_k = 2;
   c.moe_expert_ffn_dim = 16;
-  c.moe_router = router;
+  c.moe_router = choice_named<MoeRouter>(router).value();
   return c;
 }
 
@@ -36,7 +36,7 @@ torch::Tensor per_token_reference(MoEImpl& moe, const ModelConfig& c, const torc
   for (int64_t n = 0; n < x64.size(0); ++n) {
     const auto x = x64[n];
     const auto logits = torch::mv(moe.router->weight.to(torch::kDouble), x);
-    const auto scores = c.moe_router == "sigmoid" ? logits.sigmoid() : logits.softmax(0);
+    const auto scores = c.moe_router == MoeRouter::sigmoid ? logits.sigmoid() : logits.softmax(0);
     std::vector<int64_t> order(c.moe_experts);
     std::iota(order.begin(), order.end(), 0);
     std::sort(order.begin(), order.end(), [&](int64_t a, int64_t b) {

@@ -13,7 +13,7 @@ namespace {
 ModelConfig qkv_conv_config(const std::string& position = "before_norm") {
   auto c = testing::tiny_model_config(/*init_std=*/0.2);
   c.qkv_conv = true;
-  c.qkv_conv_position = position;
+  c.qkv_conv_position = choice_named<QkvConvPosition>(position).value();
   return c;
 }
 

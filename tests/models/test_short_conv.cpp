@@ -228,7 +228,7 @@ INSTANTIATE_TEST_SUITE_P(
                       DecodeCase{"qkv_conv_before_norm", random_qkv_conv},
                       DecodeCase{"qkv_conv_after_norm", [](ModelConfig& c) {
                                    random_qkv_conv(c);
-                                   c.qkv_conv_position = "after_norm";
+                                   c.qkv_conv_position = QkvConvPosition::after_norm;
                                  }},
                       DecodeCase{"hybrid_qkv_conv_moe", [](ModelConfig& c) {
                                    c.mixer_pattern = "CAC";

@@ -21,7 +21,7 @@ constexpr double kRoutingEps = 1e-6;
 ModelConfig routed_config(const std::string& residual, int64_t heads = 1, int64_t n_layers = 3) {
   auto c = testing::tiny_model_config(/*init_std=*/0.2);
   c.n_layers = n_layers;
-  c.residual = residual;
+  c.residual = choice_named<ResidualMode>(residual).value();
   c.residual_heads = heads;
   return c;
 }
@@ -257,7 +257,7 @@ TEST(ZooRouting, DeltaSourcesTelescopeToTheStreamWithUnitGate) {
   for (const char* sources : {"sublayer", "block"}) {
     const int64_t L = 4;
     auto c = routed_config("delta", 2, L);
-    c.residual_delta = sources;
+    c.residual_delta = choice_named<DeltaSources>(sources).value();
     c.residual_blocks = 2;
     const auto emb = torch::randn({2, 3, 32}, torch::kDouble);
     DrivenStream s(c, emb);
@@ -284,7 +284,7 @@ TEST(ZooRouting, DeltaGatesScaleTheRoutedTermAsDefined) {
   const double closed = 1.0 / (1.0 + std::exp(2.0));  // σ(−2)
   for (const char* gate : {"zero", "sigmoid", "sigmoid_token", "none"}) {
     auto c = routed_config("delta", 2);
-    c.residual_delta_gate = gate;
+    c.residual_delta_gate = choice_named<DeltaGate>(gate).value();
     DrivenStream s(c, emb);
     const std::string kind = gate;
     const double alpha = kind == "zero" ? 0.0 : kind == "none" ? 1.0 : closed;
@@ -292,7 +292,7 @@ TEST(ZooRouting, DeltaGatesScaleTheRoutedTermAsDefined) {
     EXPECT_EQ(s.router->site(0).gate.defined(), kind != "none") << gate;
   }
   auto c = routed_config("delta", 2);
-  c.residual_delta_gate = "sigmoid_token";
+  c.residual_delta_gate = DeltaGate::sigmoid_token;
   DrivenStream s(c, emb);
   auto& site = s.router->site(0);
   {
@@ -311,7 +311,7 @@ TEST(ZooRouting, DeltaConversionKeepsThePlainLogitsExactly) {
   auto plain_config = routed_config("plain");
   auto plain = build_language_model(plain_config, 11);
   for (const char* sources : {"sublayer", "block"}) {
-    auto routed = build_language_model(delta_routing_config(plain_config, 4, sources, 2), 11);
+    auto routed = build_language_model(delta_routing_config(plain_config, 4, choice_named<DeltaSources>(sources).value(), 2), 11);
     load_plain_weights(*routed, module_weights(*plain), "test");
     {
       torch::NoGradGuard no_grad;
@@ -339,7 +339,7 @@ TEST(ZooRouting, DeltaGateGetsAGradientAtZero) {
 }
 
 TEST(ZooRouting, ConversionRejectsARoutedSourceAndForeignWeights) {
-  EXPECT_NE(testing::input_error_of([] { delta_routing_config(routed_config("mhar", 2), 2, "sublayer", 1); })
+  EXPECT_NE(testing::input_error_of([] { delta_routing_config(routed_config("mhar", 2), 2, DeltaSources::sublayer, 1); })
                 .find("model.residual = \"mhar\""),
             std::string::npos);
   auto routed = build_language_model(routed_config("delta"), 11);
@@ -371,7 +371,7 @@ TEST(ZooRouting, RoutedModelsTrainBidirectionalWithTimeConditioning) {
   torch::manual_seed(10);
   for (const char* mode : {"attnres", "block_attnres", "mhar", "delta"}) {
     auto c = testing::tiny_model_config(0.2, /*time_conditioning=*/true);
-    c.residual = mode;
+    c.residual = choice_named<ResidualMode>(mode).value();
     c.residual_heads = std::string(mode) == "attnres" ? 1 : 2;
     c.residual_blocks = 1;
     auto model = build_language_model(c, 11);

@@ -26,7 +26,7 @@ ModelConfig xwidth_config(double ratio = 0.5) {
   c.n_layers = 8;
   c.n_heads = 2;
   c.n_kv_heads = 1;
-  c.width_profile = "geometric";
+  c.width_profile = WidthProfile::geometric;
   c.width_bottleneck_ratio = ratio;
   c.width_bottleneck_layer = 6;
   c.width_quantum = 4;
@@ -117,7 +117,7 @@ TEST(ZooWidth, SolvedWidthsMatchTheUniformParameterCount) {
     }
     const auto widths = layer_widths(c);
     auto uniform = c;
-    uniform.width_profile = "uniform";
+    uniform.width_profile = WidthProfile::uniform;
     const double xcount = static_cast<double>(build_language_model(c, 11)->param_counts().total);
     const double ucount = static_cast<double>(build_language_model(uniform, 11)->param_counts().total);
     EXPECT_LT(std::abs(xcount / ucount - 1), 0.005) << "ratio " << ratio;
@@ -135,7 +135,7 @@ TEST(ZooWidth, UniformProfileReproducesTheBaselineBitForBit) {
   auto c = xwidth_config(1.0);
   EXPECT_EQ(layer_widths(c), std::vector<int64_t>(8, 128));
   auto uniform = c;
-  uniform.width_profile = "uniform";
+  uniform.width_profile = WidthProfile::uniform;
   torch::manual_seed(11);
   auto x = build_language_model(c, 11);
   torch::manual_seed(11);
@@ -161,7 +161,7 @@ TEST(ZooWidth, KVCacheDecodeEqualsFullForwardWithVaryingWidths) {
   const auto tokens = torch::randint(0, 11, {2, 8}, torch::kLong);
   for (const char* expand : {"carry_forward", "zero_pad"}) {
     auto c = xwidth_config(0.5);
-    c.width_expand = expand;
+    c.width_expand = choice_named<WidthExpand>(expand).value();
     auto model = build_language_model(c, 11);
     model->eval();
     torch::NoGradGuard no_grad;

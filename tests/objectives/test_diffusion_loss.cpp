@@ -206,7 +206,7 @@ TEST(DiffusionTime, TrainingTimesAreStratifiedAndAffineMapped) {
   EXPECT_GE(position.min().item<double>(), -1e-5);
   EXPECT_LE(position.max().item<double>(), 1.0 + 1e-5);
 
-  config.time_sampling = "iid";
+  config.time_sampling = TimeSampling::iid;
   config.time_mix = 0.0;
   const auto iid = sample_training_time(config, 64, 1, 0, 0, torch::kCPU);
   ASSERT_EQ(iid.sizes(), (std::vector<int64_t>{64, 1}));
@@ -227,10 +227,10 @@ TEST(DiffusionWeight, SnrDividesTheElboByTheLogSnrRateAndMaxWeightClipsIt) {
   const auto rate = schedule->alpha_prime(t) / (alpha * (1.0 - alpha));  // dλ/dt
 
   EXPECT_TRUE(training_weight(*schedule, config, t).allclose(torch::ones_like(t), 0, 1e-12));
-  config.weighting = "snr";
+  config.weighting = LossWeighting::snr;
   EXPECT_TRUE(training_weight(*schedule, config, t)
                   .allclose(alpha * (1.0 - alpha) / -schedule->alpha_prime(t), 1e-12, 0));
-  config.weighting = "elbo";
+  config.weighting = LossWeighting::elbo;
   config.max_weight = 20.0;
   const auto clipped = training_weight(*schedule, config, t);
   EXPECT_TRUE(clipped.allclose(torch::clamp_max(20.0 / rate.abs(), 1.0), 1e-12, 0));

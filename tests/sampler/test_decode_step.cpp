@@ -87,7 +87,7 @@ TEST(FixedWindowDecoding, NamesWhatKeepsAModelFromBeingCaptured) {
   moe.ffn_pattern = "M";
   EXPECT_EQ(graph_decode_obstacle(moe), "model.ffn_pattern has MoE layers");
   auto routed = config;
-  routed.residual = "mhar";
+  routed.residual = ResidualMode::mhar;
   EXPECT_EQ(graph_decode_obstacle(routed), "model.residual is mhar");
 }
 

@@ -89,7 +89,7 @@ TEST(RolloutTraining, ResumeContinuesTheUninterruptedRun) {
   config.train.checkpoint_interval = 2;
   // The first half runs with train.steps = 2, so the schedule must not depend on the total; the warmup spans the
   // resume (4 optimizer steps per RL step), so the restored optimizer step count matters.
-  config.schedule.kind = "constant";
+  config.schedule.kind = LrScheduleKind::constant;
   config.schedule.warmup_steps = 6;
   auto tokenizer = std::make_shared<ByteTokenizer>();
   // Trains in `run_dir` from a fresh policy, or from `checkpoint` when given.

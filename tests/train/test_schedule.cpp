@@ -16,7 +16,7 @@ namespace {
 
 ScheduleConfig schedule(const std::string& kind, int64_t warmup, double min_ratio, double decay_fraction = 0.2) {
   ScheduleConfig s = default_config().schedule;
-  s.kind = kind;
+  s.kind = choice_named<LrScheduleKind>(kind).value();
   s.warmup_steps = warmup;
   s.min_lr_ratio = min_ratio;
   s.decay_fraction = decay_fraction;
