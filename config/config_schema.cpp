@@ -328,11 +328,12 @@ std::vector<FieldSpec> build_schema() {
                      "diffusion.block_size, and the whole window at once when that is 0 too.")
           .at_least(0),
       INKSTONE_FIELD(sample, diffusion_sampler, "ancestral",
-                     "Diffusion: ancestral posterior steps, confidence (commit the surest positions), or adaptive "
-                     "(Sumi's: confidence commits with an end-of-text anchor after the window).")
-          .one_of({"ancestral", "confidence", "adaptive"}),
-      INKSTONE_FIELD(sample, noise_removal, "ancestral", "Diffusion final step: ancestral, greedy or none.")
-          .one_of({"ancestral", "greedy", "none"}),
+                     "Diffusion sampler: posterior steps on the time grid, steps that commit the surest positions, "
+                     "or those with an end-of-text anchor after the window (Sumi's); docs/diffusion.md, "
+                     "\"Samplers\"."),
+      INKSTONE_FIELD(sample, noise_removal, "ancestral",
+                     "Diffusion final step: a posterior draw, the argmax, or none; docs/diffusion.md, \"Final "
+                     "step\"."),
       INKSTONE_FIELD(sample, min_p, 0.0, "Diffusion: keep tokens with x̂ >= min_p times the largest; 0: off.")
           .range(0, 0.999),
       INKSTONE_FIELD(sample, batch_size, int64_t{256},

@@ -5,6 +5,7 @@
 #include <map>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
 #include "core/errors.h"
@@ -80,18 +81,39 @@ Denoiser model_denoiser(LanguageModel model) {
   };
 }
 
-DiffusionMethod diffusion_method_from_name(const std::string& name) {
-  if (name == "ancestral") return DiffusionMethod::ancestral;
-  if (name == "confidence") return DiffusionMethod::confidence;
-  if (name == "adaptive") return DiffusionMethod::adaptive;
-  throw InputError(fmt::format("unknown diffusion sampler '{}' (ancestral | confidence | adaptive)", name));
+namespace {
+
+const std::vector<std::pair<std::string, DiffusionMethod>> kDiffusionMethods = {
+    {"ancestral", DiffusionMethod::ancestral}, {"confidence", DiffusionMethod::confidence},
+    {"adaptive", DiffusionMethod::adaptive}};
+const std::vector<std::pair<std::string, NoiseRemoval>> kNoiseRemovals = {
+    {"ancestral", NoiseRemoval::ancestral}, {"greedy", NoiseRemoval::greedy}, {"none", NoiseRemoval::none}};
+
+template <typename Value>
+std::vector<std::string> names_of(const std::vector<std::pair<std::string, Value>>& table) {
+  std::vector<std::string> names;
+  for (const auto& entry : table) names.push_back(entry.first);
+  return names;
 }
 
-NoiseRemoval noise_removal_from_name(const std::string& name) {
-  if (name == "ancestral") return NoiseRemoval::ancestral;
-  if (name == "greedy") return NoiseRemoval::greedy;
-  if (name == "none") return NoiseRemoval::none;
-  throw InputError(fmt::format("unknown noise removal '{}' (ancestral | greedy | none)", name));
+template <typename Value>
+Value value_named(const std::vector<std::pair<std::string, Value>>& table, const std::string& name, const char* key) {
+  for (const auto& [entry_name, value] : table)
+    if (entry_name == name) return value;
+  throw InputError(fmt::format("{} = '{}' is not one of: {}", key, name, fmt::join(names_of(table), ", ")));
+}
+
+}  // namespace
+
+std::vector<std::string> diffusion_method_names() { return names_of(kDiffusionMethods); }
+std::vector<std::string> noise_removal_names() { return names_of(kNoiseRemovals); }
+
+DiffusionMethod diffusion_method_from_name(const std::string& name, const char* key) {
+  return value_named(kDiffusionMethods, name, key);
+}
+
+NoiseRemoval noise_removal_from_name(const std::string& name, const char* key) {
+  return value_named(kNoiseRemovals, name, key);
 }
 
 DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,

@@ -45,8 +45,12 @@ Denoiser model_denoiser(LanguageModel model);
 // fixed right after the canvas, so that the model places the text's end inside the window.
 enum class DiffusionMethod { ancestral, confidence, adaptive };
 enum class NoiseRemoval { ancestral, greedy, none };
-DiffusionMethod diffusion_method_from_name(const std::string& name);
-NoiseRemoval noise_removal_from_name(const std::string& name);
+// Their names (sample.diffusion_sampler, sample.noise_removal, `sample --sampler` and `--noise-removal`), defined
+// here alone; the from_name functions refuse any other by the key `key`.
+std::vector<std::string> diffusion_method_names();
+std::vector<std::string> noise_removal_names();
+DiffusionMethod diffusion_method_from_name(const std::string& name, const char* key = "sample.diffusion_sampler");
+NoiseRemoval noise_removal_from_name(const std::string& name, const char* key = "sample.noise_removal");
 
 struct DiffusionSampleOptions {
   int64_t steps = 64;

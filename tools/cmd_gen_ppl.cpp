@@ -48,7 +48,7 @@ void apply_sampler_name(const std::string& name, DiffusionSampleOptions& options
     if (name == "greedy-tail") options.noise_removal = NoiseRemoval::greedy;
     return;
   }
-  options.method = diffusion_method_from_name(name);
+  options.method = diffusion_method_from_name(name, "gen-ppl --samplers");
 }
 
 struct GridRow {

@@ -8,6 +8,7 @@
 #include <numeric>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "checkpoint/module_weights.h"
 #include "core/errors.h"
@@ -280,10 +281,12 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_option("--infill", o->infill, "Diffusion: a template whose {{N}} placeholders are generated")
       ->excludes(prompt);
   cmd->add_option("--steps", o->steps, "Diffusion: denoising steps")->check(count_range(1, 1000000));
-  cmd->add_option("--sampler", o->diffusion_sampler, "Diffusion: ancestral | confidence | adaptive")
-      ->check(CLI::IsMember({"ancestral", "confidence", "adaptive"}));
-  cmd->add_option("--noise-removal", o->noise_removal, "Diffusion final step: ancestral | greedy | none")
-      ->check(CLI::IsMember({"ancestral", "greedy", "none"}));
+  cmd->add_option("--sampler", o->diffusion_sampler,
+                  "Diffusion: " + fmt::format("{}", fmt::join(diffusion_method_names(), " | ")))
+      ->check(CLI::IsMember(diffusion_method_names()));
+  cmd->add_option("--noise-removal", o->noise_removal,
+                  "Diffusion final step: " + fmt::format("{}", fmt::join(noise_removal_names(), " | ")))
+      ->check(CLI::IsMember(noise_removal_names()));
   cmd->add_option("--block-size", o->block_size,
                   "Diffusion: generate in blocks of this many positions (semi-autoregressive); 0: the whole window")
       ->check(count_range(0, 1 << 20));

@@ -119,6 +119,7 @@ int train(const TrainOptions& o) {
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
   check_objective_settings(config);
+  diffusion_sample_options(config.sample);  // refuses a [sample] sampler name before the run starts
   const LaunchEnv launch = launch_env_from_environment();
   if (o.dry_run) return dry_run(config, o.ranks > 0 ? o.ranks : launch.world_size);
   const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);

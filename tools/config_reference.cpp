@@ -9,6 +9,7 @@
 
 #include "config/config_schema.h"
 #include "models/block_registry.h"
+#include "sampler/diffusion_sampler.h"
 #include "objectives/objective.h"
 
 namespace inkstone {
@@ -52,6 +53,8 @@ const std::map<std::string, std::function<std::string()>>& registry_backed_keys(
       {"objective.name", [] { return quoted_list(registered_objective_names()); }},
       {"model.mixer_pattern", [] { return letters_of(token_mixer_kinds()); }},
       {"model.ffn_pattern", [] { return letters_of(feed_forward_kinds()); }},
+      {"sample.diffusion_sampler", [] { return quoted_list(diffusion_method_names()); }},
+      {"sample.noise_removal", [] { return quoted_list(noise_removal_names()); }},
   };
   return keys;
 }

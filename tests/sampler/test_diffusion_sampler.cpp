@@ -115,6 +115,18 @@ DiffusionCanvas free_canvas(int64_t rows, int64_t length) {
 
 // Positions are independent under a constant x̂, so the law of z after each step is p ← p·Q_k with Q_k the
 // posterior matrix of step k; the final ancestral step uses α_s = 1.
+// The samplers' names are defined beside them; any other is refused by the key it came from.
+TEST(DiffusionSampler, NamesAreTheSamplersOwnAndAnyOtherIsRefusedByKey) {
+  EXPECT_EQ(diffusion_method_names(), (std::vector<std::string>{"ancestral", "confidence", "adaptive"}));
+  EXPECT_EQ(noise_removal_names(), (std::vector<std::string>{"ancestral", "greedy", "none"}));
+  EXPECT_EQ(diffusion_method_from_name("adaptive"), DiffusionMethod::adaptive);
+  EXPECT_EQ(noise_removal_from_name("greedy"), NoiseRemoval::greedy);
+  EXPECT_EQ(testing::input_error_of([] { diffusion_method_from_name("ancestal"); }),
+            "sample.diffusion_sampler = 'ancestal' is not one of: ancestral, confidence, adaptive");
+  EXPECT_EQ(testing::input_error_of([] { noise_removal_from_name("argmax", "--noise-removal"); }),
+            "--noise-removal = 'argmax' is not one of: ancestral, greedy, none");
+}
+
 TEST(DiffusionSampler, UniformAncestralMatchesTheAnalyticMarginal) {
   const auto process = toy_process(DiffusionNoise::uniform);
   DiffusionSampleOptions options;

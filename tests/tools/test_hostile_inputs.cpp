@@ -257,7 +257,8 @@ TEST_F(HostileInputs, OutOfRangeOptionsAreRefusedByName) {
       "optim.learning_rate=nan", "optim.learning_rate=0", "model.init_std=0", "model.rope_theta=0",
       "model.norm_eps=0",        "run.threads=1000",      "model.vocab_size=4000000000", "model.d_model=65536",
       "sample.temperature=nan",  "optim.beta1=nan",       "optim.weight_decay=inf",   "train.batch_size=0",
-      "data.seq_len=100000",     "model.n_layers=0"};
+      "data.seq_len=100000",     "model.n_layers=0",      "sample.diffusion_sampler=\"ancestal\"",
+      "sample.noise_removal=\"argmax\"", "run.param_dtype=\"fp16\""};
   for (const auto& setting : settings)
     run_case("train --set " + setting,
              {"train", config_->string(), "--run-dir", (*dir_ / "cases" / "settings_run").string(), "--set", setting},
