@@ -157,12 +157,12 @@ struct ModelConfig {
 };
 
 struct ObjectiveConfig {
-  std::string name;  // ar | uniform_diffusion | masked_diffusion | gflowrl | grpo | flowrl
+  std::string name;  // a registered objective (objectives/registry.cpp)
   double z_loss;     // weight of log²Z of the logits per token (ar, diffusion; objectives/z_loss.h)
   int64_t logit_chunk_mib;  // float32 logits of one row chunk of the vocabulary loss, 0: the device's (chunked_vocab.h)
 };
 
-// Discrete diffusion (uniform_diffusion, masked_diffusion); formulas in objectives/*diffusion*.h.
+// Discrete diffusion (the denoising objectives); formulas in objectives/*diffusion*.h.
 struct DiffusionConfig {
   std::string schedule;        // log_linear | cosine | log_snr
   double schedule_eps;         // log_linear, cosine: alpha_1 = eps
@@ -298,8 +298,8 @@ struct SampleConfig {
   std::string prompt;
   int64_t steps;               // diffusion: denoising steps (per block when generating in blocks)
   int64_t block_size;          // diffusion: generate in blocks of this many positions; 0: the run's block size
-  std::string diffusion_sampler;  // ancestral | confidence
-  std::string noise_removal;   // diffusion final step: ancestral | greedy | none
+  std::string diffusion_sampler;  // named by sampler/diffusion_sampler.cpp
+  std::string noise_removal;      // diffusion final step, named there too
   double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
   int64_t batch_size;          // diffusion: sequences per denoiser call
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
