@@ -130,6 +130,10 @@ int train(const TrainOptions& o) {
 
   std::optional<CheckpointData> checkpoint;
   if (o.resume) {
+    if (!latest_checkpoint(run_dir))
+      throw InputError(fmt::format("--resume: run folder '{}' has no complete checkpoint yet; start the run without "
+                                   "--resume",
+                                   run_dir.string()));
     checkpoint = load_checkpoint(run_dir);
   } else if (std::filesystem::exists(run_dir / "checkpoints") && !std::filesystem::is_empty(run_dir / "checkpoints")) {
     throw InputError(fmt::format("run folder '{}' already has checkpoints: pass --resume to continue it, or "

@@ -137,6 +137,23 @@ TEST(ResumeChecks, AChangeOfMeaningIsRefusedAndACampaignChangeIsLogged) {
   fs::remove_all(dir);
 }
 
+// --resume of a run that has written no checkpoint says so and how to start it, not which file it lacks.
+TEST(ResumeChecks, ResumeBeforeAnyCheckpointSaysThereIsNoneYet) {
+  const auto dir = testing::temp_dir("resume_nothing");
+  const auto config = write_tiny_config(dir, 2);
+  const auto run = dir / "run";
+  for (const bool folder_exists : {false, true}) {
+    if (folder_exists) fs::create_directories(run / "checkpoints");
+    const auto result = run_cli({"train", config.string(), "--run-dir", run.string(), "--resume"});
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    EXPECT_NE(result.output.find("--resume: run folder '" + run.string() + "' has no complete checkpoint yet; start "
+                                 "the run without --resume"),
+              std::string::npos)
+        << result.output;
+  }
+  fs::remove_all(dir);
+}
+
 // A prompt longer than the trained context is refused by name, or cut from the front on request.
 TEST(BoundedSampling, ALongPromptIsRefusedOrTruncatedOnRequest) {
   const auto dir = testing::temp_dir("bounded_sampling");
