@@ -38,6 +38,18 @@ std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
   if (tokenizer_spec.empty())
     throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare` (RL runs: set "
                      "rl.init_checkpoint)");
+  // The data folder carries the tokenizer it was prepared with: a folder not prepared yet is said as such, with
+  // the command that makes it, rather than as a tokenizer that cannot be found.
+  if (config.data.tokenizer.empty() && tokenizer_spec == config.data.path) {
+    if (!std::filesystem::is_directory(config.data.path))
+      throw InputError(fmt::format("data.path = '{}' does not exist: prepare it first with `inkstone data prepare "
+                                   "--out {}` (docs/cli.md, \"inkstone data prepare\")",
+                                   config.data.path, config.data.path));
+    if (!std::filesystem::is_regular_file(std::filesystem::path(config.data.path) / "tokenizer.json"))
+      throw InputError(fmt::format("data.path = '{}' holds no tokenizer.json: it is not a folder made by `inkstone "
+                                   "data prepare`",
+                                   config.data.path));
+  }
   return load_tokenizer(tokenizer_spec);
 }
 

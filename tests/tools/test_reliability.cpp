@@ -154,6 +154,29 @@ TEST(ResumeChecks, ResumeBeforeAnyCheckpointSaysThereIsNoneYet) {
   fs::remove_all(dir);
 }
 
+// A config whose data folder has not been prepared yet says so, with the command that prepares it; a folder that
+// is not a prepared one is named as such (not as a tokenizer that cannot be found).
+TEST(ResumeChecks, AnUnpreparedDataFolderIsNamedWithTheCommandThatPreparesIt) {
+  const auto dir = testing::temp_dir("unprepared_data");
+  const auto config = write_tiny_config(dir, 2);
+  const auto missing = (dir / "not-yet").string();
+  const auto result = run_cli({"train", config.string(), "--run-dir", (dir / "run").string(), "--set",
+                               "data.path=\"" + missing + "\""});
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("data.path = '" + missing + "' does not exist: prepare it first with `inkstone data "
+                               "prepare --out " + missing + "`"),
+            std::string::npos)
+      << result.output;
+  fs::create_directories(dir / "empty");
+  const auto empty = run_cli({"train", config.string(), "--run-dir", (dir / "run").string(), "--set",
+                              "data.path=\"" + (dir / "empty").string() + "\""});
+  EXPECT_EQ(empty.exit_code, 2) << empty.output;
+  EXPECT_NE(empty.output.find("holds no tokenizer.json: it is not a folder made by `inkstone data prepare`"),
+            std::string::npos)
+      << empty.output;
+  fs::remove_all(dir);
+}
+
 // A prompt longer than the trained context is refused by name, or cut from the front on request.
 TEST(BoundedSampling, ALongPromptIsRefusedOrTruncatedOnRequest) {
   const auto dir = testing::temp_dir("bounded_sampling");
