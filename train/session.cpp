@@ -424,6 +424,7 @@ TrainResult TrainingSession::run(StepSource& source) {
   };
   if (step_ == 0 && source.evaluates_before_training()) evaluate(0);
 
+  StopVote stop_vote(*distributed_, device_);
   while (step_ < train.steps) {
     StepReport report = source.step(*this, step_);
     const int64_t done = ++step_;
@@ -441,7 +442,7 @@ TrainResult TrainingSession::run(StepSource& source) {
     const bool last = done == train.steps;
     const bool samples = sample_texts_ && config_.metrics.sample_interval > 0 && done % config_.metrics.sample_interval == 0;
     const bool evaluates = (train.eval_interval > 0 && done % train.eval_interval == 0) || last;
-    const int stop_signal = stop_signal_on_any_rank(*distributed_, device_);
+    const int stop_signal = stop_vote.cast();
     const bool saves = (train.checkpoint_interval > 0 && done % train.checkpoint_interval == 0) || last || stop_signal;
     if (samples || evaluates || saves) source.settle(*this);  // every step done is judged before it is looked at
     if (samples) log_samples(done);

@@ -29,11 +29,14 @@ void install_stop_signal_handlers() {
 
 int stop_signal_received() { return static_cast<int>(received); }
 
-int stop_signal_on_any_rank(Distributed& distributed, torch::Device device) {
-  if (!distributed.active()) return stop_signal_received();
-  auto flag = torch::full({1}, stop_signal_received(), torch::TensorOptions().dtype(torch::kInt).device(device));
-  distributed.all_reduce({flag}, ReduceOp::max);
-  return flag.item<int>();
+int StopVote::cast() {
+  if (!distributed_.active()) return stop_signal_received();
+  const int outcome = voted_ ? previous_.values().item<int>() : 0;
+  auto flag = torch::full({1}, stop_signal_received(), torch::TensorOptions().dtype(torch::kInt).device(device_));
+  distributed_.all_reduce({flag}, ReduceOp::max);
+  previous_ = HostCopy(flag);
+  voted_ = true;
+  return outcome;
 }
 
 }  // namespace inkstone

@@ -2,6 +2,7 @@
 // step, with a checkpoint; a second signal ends the process at once, as the first would have without a handler.
 #pragma once
 
+#include "core/host_copy.h"
 #include "train/distributed.h"
 
 namespace inkstone {
@@ -11,8 +12,21 @@ void install_stop_signal_handlers();
 // The first stop signal this process received; 0 when none.
 int stop_signal_received();
 
-// The stop signal any rank received (the largest number), so that every rank stops after the same step. One
-// one-element all-reduce when the run has several ranks; none otherwise.
-int stop_signal_on_any_rank(Distributed& distributed, torch::Device device);
+// The ranks' agreement on a stop signal (the largest number any rank received), so that every rank stops after the
+// same step. With several ranks each step casts a vote (a one-element all-reduce queued behind the step) and reads
+// the previous step's, which has long arrived: no step waits for the host, and a signal stops the run one step
+// later than it would alone. With one rank the process's own flag is read at once.
+class StopVote {
+ public:
+  StopVote(Distributed& distributed, torch::Device device) : distributed_(distributed), device_(device) {}
+  // Casts this step's vote; returns the outcome of the previous step's (0: nobody asked to stop).
+  int cast();
+
+ private:
+  Distributed& distributed_;
+  torch::Device device_;
+  HostCopy previous_;
+  bool voted_ = false;
+};
 
 }  // namespace inkstone

@@ -25,6 +25,7 @@
 #include "tests/test_paths.h"
 #include "train/distributed.h"
 #include "train/session.h"
+#include "train/stop_signal.h"
 #include "train/window_source.h"
 
 namespace inkstone {
@@ -130,7 +131,8 @@ void rl_as_one_rank(const Config& config, const std::filesystem::path& dir, std:
 
 // The rank side of the tests: reads INKSTONE_TEST_DIR/config.toml, trains as the rank the launch variables name,
 // writes "step loss" lines to losses_rank<r>.txt (an RL config: see rl_as_one_rank). With INKSTONE_TEST_EXIT_AT_STEP, rank 1 exits abruptly after
-// that step; a failed collective exits with kWorkerDistributedError after printing its message. With
+// that step; with INKSTONE_TEST_SIGNAL_AT_STEP, rank 1 sends itself SIGUSR1 when that step's loss is reported; a
+// failed collective exits with kWorkerDistributedError after printing its message. With
 // INKSTONE_TEST_RUN, the run folder is that subfolder (default "run"); with INKSTONE_TEST_RESUME, the run resumes
 // from its latest checkpoint.
 TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
@@ -141,6 +143,9 @@ TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   const LaunchEnv launch = launch_env_from_environment();
   const char* exit_text = std::getenv("INKSTONE_TEST_EXIT_AT_STEP");
   const int64_t exit_at = exit_text && launch.rank == 1 ? std::atoll(exit_text) : -1;
+  const char* signal_text = std::getenv("INKSTONE_TEST_SIGNAL_AT_STEP");
+  const int64_t signal_at = signal_text && launch.rank == 1 ? std::atoll(signal_text) : -1;
+  if (signal_text) install_stop_signal_handlers();
   std::ofstream losses(dir / fmt::format("losses_rank{}.txt", launch.rank));
   try {
     auto distributed = std::make_shared<Distributed>(launch, torch::kCPU, timeout_of(config.distributed));
@@ -151,6 +156,7 @@ TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
         [&](int64_t step, double loss) {
           losses << fmt::format("{} {:.17g}\n", step, loss) << std::flush;
           if (step == exit_at) std::_Exit(3);
+          if (step == signal_at) ::raise(SIGUSR1);
         },
         std::getenv("INKSTONE_TEST_RESUME") != nullptr);
   } catch (const DistributedError& e) {
@@ -318,6 +324,27 @@ TEST_F(DataParallel, TwoRanksMatchOneProcessForTwentySteps) {
   WindowSource source(session, loader(single, "train", 0), loader(single, "val", 0));
   const std::string refusal = testing::input_error_of([&] { session.resume(parallel, source); });
   EXPECT_NE(refusal.find("written by 2 rank(s) but this run has 1"), std::string::npos) << refusal;
+}
+
+// A stop signal that reaches one rank only stops both after the same step, with one checkpoint of that step. The
+// ranks' vote is read one step late (train/stop_signal.h), and the signalled rank hears of its signal when the
+// step's loss is reported, which is itself one update late where the device decides (libtorch >= 2.4 on the CPU).
+TEST_F(DataParallel, AStopSignalToOneRankStopsEveryRankAfterTheSameStep) {
+  const auto dir = *dir_ / "signal";
+  std::filesystem::create_directories(dir);
+  {
+    std::ofstream(dir / "config.toml") << tiny_config_text(data(), /*grad_accum=*/1, /*timeout_s=*/60);
+  }
+  constexpr int64_t kSignalAt = 5;
+  auto ranks = start_workers(dir, 2, {{"INKSTONE_TEST_SIGNAL_AT_STEP", std::to_string(kSignalAt)}});
+  for (int r = 0; r < 2; ++r)
+    ASSERT_EQ(wait_for(ranks[r], std::chrono::seconds(120)), 0) << read_text(ranks[r].output);
+  const auto last_step = [&](int r) { return read_losses(dir / fmt::format("losses_rank{}.txt", r)).rbegin()->first; };
+  const int64_t stopped_after = last_step(0);
+  EXPECT_EQ(last_step(1), stopped_after);
+  EXPECT_GE(stopped_after, kSignalAt + 1);
+  EXPECT_LE(stopped_after, kSignalAt + 2);
+  EXPECT_EQ(load_checkpoint(dir / "run").step, stopped_after);
 }
 
 // RL over 2 ranks: each rolls out 2 of the step's 4 prompts, and after every step both hold the same weights to
