@@ -154,7 +154,7 @@ double reference_loss(Objective& objective, LanguageModelImpl& model, const Batc
   if (auto* diffusion = dynamic_cast<DiffusionObjective*>(&objective)) {
     const auto& x = batch.tokens;
     const auto t = 0.05 + 0.9 * torch::rand({x.size(0), 1}, x.options().dtype(torch::kFloat));
-    const auto z = torch::where(batch.real, diffusion->corrupt(x, diffusion->schedule().alpha(t), nullptr), x);
+    const auto z = torch::where(batch.real, diffusion->corrupt(x, t, nullptr), x);
     const auto scores = diffusion->score(model, batch, t, z);
     share.emplace_back("support", diffusion->support().member_mask(torch::kCPU));
     share.emplace_back("check.t", t);
@@ -280,12 +280,14 @@ nlohmann::json run_diffusion_step(const BenchArgs& a) {
       0, torch::randint(support_ids.size(0), {a.batch * a.seq_len}, support_ids.options())).view({a.batch, a.seq_len});
   const auto sequences = torch::arange(a.batch, torch::dtype(torch::kLong).device(device));
   auto generator = at::globalContext().defaultGenerator(device).clone();
-  const double alpha_t = 0.3, alpha_s = 0.4;
+  const NoiseLevelsAt at_t{0.3, 0.0, 0.7}, at_s{0.4, 0.0, 0.6};  // uniform noise
   auto step = [&](uint32_t k) {
     if (a.fused) {
       kernels::DiffusionRowParams p;
-      p.alpha_t = alpha_t;
-      p.alpha_s = alpha_s;
+      p.alpha_t = at_t.keep;
+      p.alpha_s = at_s.keep;
+      p.uniform_t = at_t.uniform;
+      p.uniform_s = at_s.uniform;
       p.support_size = process.support->size();
       p.seed = static_cast<uint64_t>(a.seed);
       p.step = k;
@@ -293,7 +295,7 @@ nlohmann::json run_diffusion_step(const BenchArgs& a) {
       return fused_diffusion_step(logits, z, support, sequences, p);
     }
     const auto x_hat = torch::softmax(process.support->restrict_logits(logits.to(torch::kDouble)), -1);
-    return exponential_race(uniform_posterior(x_hat, z, alpha_t, alpha_s, support), generator);
+    return exponential_race(interpolating_posterior(x_hat, z, at_t, at_s, support, -1), generator);
   };
   step(0).sum().item<int64_t>();  // warmup; the host read waits for the device
   const auto start = std::chrono::steady_clock::now();

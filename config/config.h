@@ -162,7 +162,7 @@ struct ObjectiveConfig {
   int64_t logit_chunk_mib;  // float32 logits of one row chunk of the vocabulary loss, 0: the device's (chunked_vocab.h)
 };
 
-// Discrete diffusion (the denoising objectives); formulas in objectives/*diffusion*.h.
+// Discrete diffusion (the denoising objectives); formulas in objectives/*_noise.h and diffusion_objective.h.
 struct DiffusionConfig {
   std::string schedule;        // log_linear | cosine | log_snr
   double schedule_eps;         // log_linear, cosine: alpha_1 = eps
@@ -173,7 +173,9 @@ struct DiffusionConfig {
   double time_mix;             // fraction of sequences with a t per token (models without time input only)
   LossWeighting weighting; // elbo | snr (training loss; eval always reports the ELBO)
   double max_weight;           // clip of the small-t weight |dlambda/dt|; 0: none
-  double is_weight;            // uniform: β_IS, the weight of the IS-divergence term of the training loss
+  double is_weight;            // uniform, mixture: β_IS, the weight of the IS-divergence term of the training loss
+  double mixture_uniform;      // mixture: p_u, the uniform share of the tokens at α = ½ (objectives/mixture_noise.h)
+  double mixture_gamma;        // mixture: γ of the uniform share's bump
   int64_t block_size;          // > 0: block diffusion (BD3-LM) on [x_0 | x_t] with a block-causal mask
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };

@@ -230,9 +230,16 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(diffusion, max_weight, 0.0, "Clip the small-t loss weight |dlambda/dt| to this; 0: none.")
           .at_least(0),
       INKSTONE_FIELD(diffusion, is_weight, 1.0,
-                     "Uniform noise: weight of the IS-divergence term next to the KL term in the training loss "
-                     "(1: the ELBO's; GIDD's beta_IS).")
+                     "Uniform and mixture noise: weight of the IS-divergence term next to the KL term in the "
+                     "training loss (1: the ELBO's; GIDD's beta_IS).")
           .range(0, 100),
+      INKSTONE_FIELD(diffusion, mixture_uniform, 0.1,
+                     "Mixture noise (GIDD): the fraction p_u of tokens that are uniform draws when half the signal "
+                     "is gone; the rest of the noise is the mask.")
+          .positive_up_to(0.99),
+      INKSTONE_FIELD(diffusion, mixture_gamma, 1.0,
+                     "Mixture noise (GIDD): the exponent gamma of the uniform share's bump c = B (a (1 - a))^(gamma/2).")
+          .positive_up_to(8),
       INKSTONE_FIELD(diffusion, block_size, int64_t{0},
                      "Block diffusion (BD3-LM): > 0 trains each block of this many tokens on noise of its own t, "
                      "seeing the clean blocks before it (a block-causal mask over [x_0 | x_t]); 0: off.")

@@ -12,23 +12,29 @@
 
 namespace inkstone {
 
-torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t) {
-  const auto rate = schedule.log_snr_rate(t).abs();
+torch::Tensor training_weight(const NoiseProcess& noise, const DiffusionConfig& config, const torch::Tensor& t) {
+  const auto rate = noise.log_snr_rate(t).abs();
   auto weight = config.weighting == LossWeighting::snr ? torch::ones_like(rate) : rate;
   if (config.max_weight > 0) weight = weight.clamp_max(config.max_weight);
   return weight / rate;
 }
 
-DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer)
-    : diffusion_(config.diffusion),
+DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer,
+                                       std::shared_ptr<const NoiseProcess> noise)
+    : name_(config.objective.name),
+      diffusion_(config.diffusion),
       z_loss_(config.objective.z_loss),
       logit_chunk_mib_(config.objective.logit_chunk_mib),
       time_conditioning_(config.model.time_conditioning),
       padded_windows_(config.data.mode == WindowMode::pad),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
-      schedule_(make_noise_schedule(config.diffusion)),
+      noise_(std::move(noise)),
       support_(tokenizer, config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size(),
-               config.diffusion.noise_specials) {}
+               config.diffusion.noise_specials),
+      ids_{support_.size(), tokenizer.specials().mask} {
+  if (noise_->masks() && ids_.mask_id < 0)
+    throw InputError(fmt::format("objective {} needs a tokenizer with a mask token", name_));
+}
 
 ObjectiveNeeds DiffusionObjective::needs() const {
   ObjectiveNeeds needs;
@@ -52,18 +58,25 @@ void DiffusionObjective::check_clean_tokens(const Batch& batch) const {
       x.masked_select(outside)[0].item<int64_t>(), support_.size()));
 }
 
-torch::Tensor DiffusionObjective::corrupt(const torch::Tensor& x, const torch::Tensor& alpha,
+torch::Tensor DiffusionObjective::corrupt(const torch::Tensor& x, const torch::Tensor& t,
                                           at::Generator* generator) const {
-  const auto options = torch::TensorOptions().dtype(alpha.scalar_type()).device(x.device());
+  const NoiseLevels level = noise_->levels(t);
+  const auto options = torch::TensorOptions().dtype(level.keep.scalar_type()).device(x.device());
   const auto u = generator ? torch::rand(x.sizes(), *generator, options) : torch::rand(x.sizes(), options);
-  return torch::where(u < 1.0 - alpha, replacement(x, generator), x);
+  const auto mask = torch::full_like(x, ids_.mask_id);
+  torch::Tensor replacement = mask;
+  if (noise_->spreads()) {
+    const auto drawn = support_.sample_uniform(x, generator);
+    replacement = noise_->masks() ? torch::where(u < level.mask, mask, drawn) : drawn;
+  }
+  return torch::where(u < 1.0 - level.keep, replacement, x);
 }
 
 DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
                                           const torch::Tensor& z) const {
   // Packed windows are always full; a padding mask there would only cost attention its fused kernel.
   const torch::Tensor key_padding = padded_windows_ ? batch.real : torch::Tensor();
-  const auto alpha = schedule_->alpha(t);
+  const NoiseLevels level = noise_->levels(t), rate = noise_->rates(t);
   torch::Tensor hidden;
   if (diffusion_.block_size > 0) {
     // Block diffusion (docs/diffusion.md, "Block diffusion"): the model reads [x_0 | x_t], both halves at positions
@@ -82,22 +95,28 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     window.documents = batch.documents;
     if (model.config().time_conditioning) {
       TORCH_CHECK(t.size(1) == 1, "a time-conditioned model takes one t per sequence, not one per token");
-      window.noise_level = -torch::log(alpha.squeeze(1));
+      window.noise_level = -torch::log(level.keep.squeeze(1));
     }
     hidden = model.hidden_states(z, window);
   }
   // Per-token inputs of the terms, flattened to the rows the chunks take.
   const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
   const auto x = per_row(batch.tokens), noisy = per_row(z), counted = per_row(batch.real);
-  const auto a = per_row(alpha), a_prime = per_row(schedule_->alpha_prime(t));
-  const auto weight = per_row(training_weight(*schedule_, diffusion_, t));
+  const auto per_row_levels = [&](const NoiseLevels& l) {
+    return NoiseLevels{per_row(l.keep), per_row(l.mask), per_row(l.uniform)};
+  };
+  const NoiseLevels levels = per_row_levels(level), rates = per_row_levels(rate);
+  const auto weight = per_row(training_weight(*noise_, diffusion_, t));
   const bool with_z = z_loss_ > 0;
   const double is_extra = diffusion_.is_weight - 1.0;
   const ChunkTermsFn terms = [&](const torch::Tensor& logits, int64_t begin) {
     const int64_t n = logits.size(0);
     const auto rows = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
     const auto off = ~rows(counted);
-    const auto token = token_terms(logits, rows(x), rows(noisy), rows(a), rows(a_prime));
+    const auto rows_of = [&](const NoiseLevels& l) { return NoiseLevels{rows(l.keep), rows(l.mask), rows(l.uniform)}; };
+    // x̂ over the support: the mask and padded ids at −inf (for masked noise, SUBS's "mask logit at −inf").
+    const auto log_x_hat = torch::log_softmax(support_.restrict_logits(logits.to(torch::kFloat)), -1);
+    const auto token = noise_->token_terms(log_x_hat, rows(x), rows(noisy), rows_of(levels), rows_of(rates), ids_);
     auto trained = token.nelbo;
     if (token.is_divergence.defined() && is_extra != 0.0) trained = trained + is_extra * token.is_divergence;
     std::vector<torch::Tensor> columns = {(trained * rows(weight)).masked_fill(off, 0.0),
@@ -138,7 +157,7 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
   } else {
     t = sample_training_time(diffusion_, x.size(0), x.size(1), batch.first_row, batch.total_rows, x.device());
   }
-  const auto z = torch::where(batch.real, corrupt(x, schedule_->alpha(t), nullptr), x);
+  const auto z = torch::where(batch.real, corrupt(x, t, nullptr), x);
   const auto s = score(model, batch, t, z);
   LossOutput out;
   out.loss_sum = s.loss;
@@ -165,7 +184,7 @@ ValidationSums DiffusionObjective::evaluate(LanguageModelImpl& model, const Eval
     const int64_t blocks = diffusion_.block_size > 0 ? x.size(1) / diffusion_.block_size : 1;
     auto t = eval_time_grid(diffusion_.t_min, x.size(0) * blocks);
     if (blocks > 1) t = per_block_times(t, x.size(0), x.size(1));
-    const auto z = torch::where(batch.real.cpu(), corrupt(x, schedule_->alpha(t), &generator), x);
+    const auto z = torch::where(batch.real.cpu(), corrupt(x, t, &generator), x);
     const auto s = score(model, batch, t.to(device), z.to(device));
     nelbo += s.nelbo.to(torch::kDouble).sum().item<double>();
     totals.units += s.real.sum().item<double>();

@@ -1,31 +1,25 @@
-// What the uniform and masked diffusion objectives share: time sampling, the model call (bidirectional, with
-// σ_t = −log α_t when the model is time-conditioned), the training weight, the metrics and the fixed-seed NELBO
-// evaluation (docs/diffusion.md: "Time sampling", "Training weights", "Time conditioning", "NELBO perplexity").
-// A subclass says what a corrupted token becomes and what one token's NELBO is.
+// The diffusion objectives (uniform, masked, mixture noise): one objective over a noise process
+// (objectives/noise_process.h) that says what a corrupted token becomes and what one token's NELBO is. Shared here:
+// time sampling, the model call (bidirectional, with σ_t = −log α_t when the model is time-conditioned), the
+// training weight, the metrics and the fixed-seed NELBO evaluation (docs/diffusion.md: "Time sampling", "Training
+// weights", "Time conditioning", "NELBO perplexity").
 #pragma once
 #include <memory>
+#include <string>
 
 #include <ATen/core/Generator.h>
 
-#include "objectives/noise_schedule.h"
+#include "objectives/noise_process.h"
 #include "objectives/noise_support.h"
 #include "objectives/objective.h"
 
 namespace inkstone {
 
-// What a corrupted token becomes: a uniform draw from the noise support, or the absorbing mask token.
-enum class DiffusionNoise { uniform, masked };
-
-// One token's NELBO ℓ and, for uniform noise, the IS-divergence part of it (undefined for masked noise).
-struct DiffusionTokenTerms {
-  torch::Tensor nelbo;
-  torch::Tensor is_divergence;
-};
-
 // The training loss is (ℓ + (β_IS − 1)·IS)·w(t), β_IS = diffusion.is_weight (docs/diffusion.md, "Training weights"). On the integrand of "Log-SNR form" the
 // ELBO puts the weight |dλ/dt|; `snr` replaces it by 1 (GIDD's SNR weighting), and max_weight > 0 clips whichever
 // of the two is chosen, so w = min(weight, max_weight) / |dλ/dt|.
-torch::Tensor training_weight(const NoiseSchedule& schedule, const DiffusionConfig& config, const torch::Tensor& t);
+// λ is the process's own log-SNR (NoiseProcess::log_snr_rate).
+torch::Tensor training_weight(const NoiseProcess& noise, const DiffusionConfig& config, const torch::Tensor& t);
 
 // Per-token results of one batch at given times and noisy tokens.
 // The per-token tensors are detached: the head and the terms run in row chunks (objectives/chunked_vocab.h), and
@@ -41,45 +35,43 @@ struct DiffusionScores {
 
 class DiffusionObjective : public Objective {
  public:
-  DiffusionObjective(const Config& config, const Tokenizer& tokenizer);
+  // InputError when the noise masks and the tokenizer has no mask token.
+  DiffusionObjective(const Config& config, const Tokenizer& tokenizer, std::shared_ptr<const NoiseProcess> noise);
+  std::string name() const override { return name_; }
   ObjectiveNeeds needs() const override;
   LossOutput loss(LanguageModelImpl& model, const Batch& batch) override;
-  // The forward process's kind, which a sampler inverts.
-  virtual DiffusionNoise noise() const = 0;
+  // The forward process, which a sampler inverts.
+  const std::shared_ptr<const NoiseProcess>& noise() const { return noise_; }
   // NELBO summed over the whole source, t on eval_time_grid and z_t drawn from a CPU generator seeded with
   // (run.seed, the batch's place in the split). perplexity and bits_per_byte are upper bounds (docs/diffusion.md,
   // "Evaluation").
   ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
 
-  // z_t for clean tokens x [B, L] at signal level alpha (broadcastable to x): each token is replaced with
-  // probability 1 − α. Drawn on x's device from `generator` (nullptr: the default one).
-  torch::Tensor corrupt(const torch::Tensor& x, const torch::Tensor& alpha, at::Generator* generator) const;
+  // z_t for clean tokens x [B, L] at times t (float, broadcastable to x): with u ~ U[0, 1) per token, a token is
+  // replaced where u < 1 − α_t, by the mask where u < μ_t and by a uniform draw from the support otherwise. Drawn
+  // on x's device from `generator` (nullptr: the default one); the uniform draws only where the noise spreads.
+  torch::Tensor corrupt(const torch::Tensor& x, const torch::Tensor& t, at::Generator* generator) const;
   // The model's scores of noisy tokens z at times t ([B, 1] or [B, L], float32 on the batch's device).
   DiffusionScores score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
                         const torch::Tensor& z) const;
 
-  const NoiseSchedule& schedule() const { return *schedule_; }
+  const NoiseSchedule& schedule() const { return noise_->schedule(); }
   const NoiseSupport& support() const { return support_; }
-
- protected:
-  // What each token of x [B, L] would be replaced by.
-  virtual torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const = 0;
-  // ℓ per token [...] (and its IS part) from fp32 logits [..., V] (one row chunk: [n, V], x, z, α, α' [n]).
-  virtual DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
-                                          const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const = 0;
 
  private:
   // InputError naming the first real clean token outside the support, whose NELBO would be infinite.
   void check_clean_tokens(const Batch& batch) const;
 
+  std::string name_;        // objective.name
   DiffusionConfig diffusion_;
   double z_loss_;           // objective.z_loss
   int64_t logit_chunk_mib_; // objective.logit_chunk_mib
   bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
   bool padded_windows_;     // data.mode = pad: padding keys are masked out
   uint64_t eval_seed_;      // run.seed: the evaluation's noise
-  std::unique_ptr<NoiseSchedule> schedule_;
+  std::shared_ptr<const NoiseProcess> noise_;
   NoiseSupport support_;
+  NoiseIds ids_;
   bool checked_ = false;
 };
 

@@ -9,9 +9,11 @@
 #include "objectives/ar.h"
 #include "objectives/flowrl.h"
 #include "objectives/gflowrl.h"
+#include "objectives/diffusion_objective.h"
 #include "objectives/grpo.h"
-#include "objectives/masked_diffusion.h"
-#include "objectives/uniform_diffusion.h"
+#include "objectives/masked_noise.h"
+#include "objectives/mixture_noise.h"
+#include "objectives/uniform_noise.h"
 
 namespace inkstone {
 
@@ -25,25 +27,29 @@ struct Registered {
   // vocabulary); the RL objectives' log-softmax, its exponential for the entropy and their gradients as AR.
   double logit_copies;
   bool denoises;        // a diffusion objective: diffusion.block_size applies (docs/objectives.md, "Block diffusion")
-  bool weighs_is_term;  // reads diffusion.is_weight, the weight of uniform noise's IS term
+  bool weighs_is_term;  // reads diffusion.is_weight, the weight of the IS term of noise that spreads
+  bool mixes_noise;     // reads diffusion.mixture_uniform and diffusion.mixture_gamma
   std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)> make;
 };
 
+// A diffusion objective over the noise process `Noise` (objectives/noise_process.h).
+template <typename Noise>
+std::unique_ptr<Objective> diffusion_objective(const Config& c, const Tokenizer& t) {
+  return std::make_unique<DiffusionObjective>(c, t, std::make_shared<Noise>(c.diffusion));
+}
+
 const std::map<std::string, Registered>& registry() {
   static const std::map<std::string, Registered> objectives = {
-      {"ar", {BatchKind::windows, 5, false, false,
+      {"ar", {BatchKind::windows, 5, false, false, false,
               [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }}},
-      {"uniform_diffusion",
-       {BatchKind::windows, 9, true, true,
-        [](const Config& c, const Tokenizer& t) { return std::make_unique<UniformDiffusionObjective>(c, t); }}},
-      {"masked_diffusion",
-       {BatchKind::windows, 5, true, false,
-        [](const Config& c, const Tokenizer& t) { return std::make_unique<MaskedDiffusionObjective>(c, t); }}},
-      {"gflowrl", {BatchKind::rollouts, 5, false, false,
+      {"uniform_diffusion", {BatchKind::windows, 9, true, true, false, diffusion_objective<UniformNoise>}},
+      {"masked_diffusion", {BatchKind::windows, 5, true, false, false, diffusion_objective<MaskedNoise>}},
+      {"mixture_diffusion", {BatchKind::windows, 9, true, true, true, diffusion_objective<MixtureNoise>}},
+      {"gflowrl", {BatchKind::rollouts, 5, false, false, false,
                    [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }}},
-      {"grpo", {BatchKind::rollouts, 5, false, false,
+      {"grpo", {BatchKind::rollouts, 5, false, false, false,
                 [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }}},
-      {"flowrl", {BatchKind::rollouts, 5, false, false,
+      {"flowrl", {BatchKind::rollouts, 5, false, false, false,
                   [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }}},
   };
   return objectives;
@@ -90,9 +96,16 @@ void check_objective_settings(const Config& c) {
                                  "windows ({}), not objective.name = '{}'",
                                  names_where(trains_on_windows), name));
   if (c.diffusion.is_weight != 1.0 && !entry.weighs_is_term)
-    throw InputError(fmt::format("diffusion.is_weight = {} weights uniform noise's IS term; objective.name = '{}' "
-                                 "has none",
-                                 c.diffusion.is_weight, name));
+    throw InputError(fmt::format("diffusion.is_weight = {} weights the IS term of noise that spreads ({}); "
+                                 "objective.name = '{}' has none",
+                                 c.diffusion.is_weight, names_where([](const Registered& e) { return e.weighs_is_term; }),
+                                 name));
+  const DiffusionConfig unset = default_config().diffusion;
+  if ((c.diffusion.mixture_uniform != unset.mixture_uniform || c.diffusion.mixture_gamma != unset.mixture_gamma) &&
+      !entry.mixes_noise)
+    throw InputError(fmt::format("diffusion.mixture_uniform and diffusion.mixture_gamma shape mixture noise ({}), not "
+                                 "objective.name = '{}'",
+                                 names_where([](const Registered& e) { return e.mixes_noise; }), name));
   if (c.diffusion.block_size > 0) {
     if (!entry.denoises)
       throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not objective.name "

@@ -4,26 +4,22 @@
 
 namespace inkstone {
 
-torch::Tensor uniform_posterior(const torch::Tensor& x_hat, const torch::Tensor& z_t, double alpha_t,
-                                double alpha_s, const torch::Tensor& support) {
+torch::Tensor interpolating_posterior(const torch::Tensor& x_hat, const torch::Tensor& z_t, const NoiseLevelsAt& at_t,
+                                      const NoiseLevelsAt& at_s, const torch::Tensor& support, int64_t mask_id) {
   // N as a 0-d tensor on the device: reading it to the host would wait for the device at every step.
   const auto n = support.sum().to(x_hat.scalar_type());
-  const auto at_z = torch::zeros_like(x_hat).scatter_(-1, z_t.unsqueeze(-1), 1.0);  // e_{z_t}
-  const auto x_hat_z = x_hat.gather(-1, z_t.unsqueeze(-1));                         // x̂_{z_t}, [..., 1]
-  const auto uniform = support.to(x_hat.scalar_type()) * ((1.0 - alpha_t / alpha_s) * (1.0 - alpha_s)) / n;
-  const auto num = n * alpha_t * x_hat * at_z + (alpha_t / alpha_s - alpha_t) * at_z + (alpha_s - alpha_t) * x_hat +
-                   uniform;
-  const auto den = n * alpha_t * x_hat_z + (1.0 - alpha_t);
-  return num / den;
-}
-
-torch::Tensor masked_posterior(const torch::Tensor& x_hat, const torch::Tensor& z_t, double alpha_t, double alpha_s,
-                               int64_t mask_id) {
-  const auto unmask = x_hat * ((alpha_s - alpha_t) / (1.0 - alpha_t));
-  const auto stay_masked =
-      torch::zeros_like(x_hat).index_fill_(-1, torch::tensor({mask_id}, z_t.options()), (1.0 - alpha_s) / (1.0 - alpha_t));
-  const auto copy = torch::zeros_like(x_hat).scatter_(-1, z_t.unsqueeze(-1), 1.0);
-  return torch::where(z_t.eq(mask_id).unsqueeze(-1), unmask + stay_masked, copy);
+  const auto member = support.to(x_hat.scalar_type());
+  auto mask = torch::zeros_like(member);
+  if (mask_id >= 0) mask[mask_id] = 1.0;
+  const auto noise_mass = [&](const NoiseLevelsAt& at) { return at.mask * mask + at.uniform * member / n; };
+  const auto noise_t = noise_mass(at_t), noise_s = noise_mass(at_s);  // (βπ) [V]
+  const double kept_share = at_t.keep / at_s.keep;
+  const auto z = z_t.unsqueeze(-1);
+  const auto gamma = (noise_t - kept_share * noise_s).index({z_t}).unsqueeze(-1);  // [..., 1]
+  const auto at_z = torch::zeros_like(x_hat).scatter_(-1, z, 1.0);                    // e_{z_t}
+  const auto p_t_z = at_t.keep * x_hat.gather(-1, z) + noise_t.index({z_t}).unsqueeze(-1);
+  const auto q = (kept_share * at_z + gamma) * (at_s.keep * x_hat + noise_s) / p_t_z;
+  return torch::where(gamma > 0, q, at_z);
 }
 
 torch::Tensor exponential_race(const torch::Tensor& probs, at::Generator& generator) {

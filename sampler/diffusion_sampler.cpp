@@ -15,10 +15,6 @@
 namespace inkstone {
 namespace {
 
-double alpha_at(const NoiseSchedule& schedule, double t) {
-  return schedule.alpha(torch::full({}, t, torch::kDouble)).item<double>();
-}
-
 // x̂ in `dtype` over the support: temperature, top-k and top-p act here, on the network's output
 // (docs/diffusion.md, "Filters on the model output"); temperature 0 makes x̂ the point mass on its argmax.
 torch::Tensor clean_token_probs(const torch::Tensor& logits, const DiffusionProcess& process,
@@ -39,14 +35,12 @@ torch::Tensor commits_at_step(const torch::Tensor& free_count, int64_t k, int64_
 
 // Confidence-based step (docs/diffusion.md, "Confidence sampling"; gidd-easydel, LLaDA's low-confidence
 // remasking): each row commits its `count` highest-scoring open positions to `drawn`, draws from x̂ (its argmax at
-// temperature 0); committed positions join the fixed ones. Uniform noise scores a position by how much x̂ prefers
-// another token to the current one, max_v x̂_v − x̂_{z_i}; masked noise by max_v x̂_v over still-masked positions.
+// temperature 0); committed positions join the fixed ones. A position scores how much x̂ prefers another token to
+// the current one, max_v x̂_v − x̂_{z_i}: at a masked position x̂ has no mass on z, so the score is max_v x̂_v.
 void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor& x_hat, const torch::Tensor& count,
-                     const DiffusionProcess& process, const torch::Tensor& drawn) {
+                     const torch::Tensor& drawn) {
   const auto best = std::get<0>(x_hat.max(-1));
-  auto score = process.noise == DiffusionNoise::uniform ? best - x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1)
-                                                        : best;
-  score = score.masked_fill(~open, -1.0);
+  const auto score = (best - x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1)).masked_fill(~open, -1.0);
   const auto order = score.argsort(-1, /*descending=*/true);
   const auto rank = torch::empty_like(order).scatter_(-1, order, torch::arange(z.size(1), order.options())
                                                                      .expand_as(order).contiguous());
@@ -63,7 +57,6 @@ DiffusionProcess diffusion_process_for(const Objective& objective, const Config&
   if (!diffusion) throw InputError(fmt::format("objective '{}' has no diffusion sampler", objective.name()));
   DiffusionProcess process;
   process.noise = diffusion->noise();
-  process.schedule = make_noise_schedule(config.diffusion);
   process.support = std::make_shared<NoiseSupport>(tokenizer, model_vocab, config.diffusion.noise_specials);
   process.mask_id = tokenizer.specials().mask;
   process.time_conditioned = config.model.time_conditioning;
@@ -124,8 +117,8 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   if (!(options.min_p >= 0 && options.min_p < 1))
     throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.min_p));
   if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
-  if (process.noise == DiffusionNoise::masked && process.mask_id < 0)
-    throw InputError("masked diffusion needs a tokenizer with a mask token");
+  if (process.noise->masks() && process.mask_id < 0)
+    throw InputError("diffusion noise that masks needs a tokenizer with a mask token");
   const auto start_time = std::chrono::steady_clock::now();
   c10::InferenceMode inference;
   auto generator = at::globalContext().defaultGenerator(device).clone();
@@ -146,15 +139,23 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   const auto sequences = torch::arange(options.first_sequence, options.first_sequence + rows, torch::kLong);
   const auto sequences_on_device = sequences.to(device);
 
-  // The prior: uniform tokens from the support, or every position masked.
+  // The prior: the noise's own mix at t = 1, the signal left there set aside (docs/diffusion.md, "Prior"): the mask
+  // with probability μ_1 / (μ_1 + υ_1), else a uniform draw from the support.
+  const NoiseLevelsAt at_one = process.noise->levels_at(1.0);
+  const double mask_share = at_one.mask / (at_one.mask + at_one.uniform);
   torch::Tensor prior;
-  if (process.noise == DiffusionNoise::masked) {
+  if (mask_share >= 1.0) {
     prior = torch::full_like(fixed_tokens, process.mask_id);
   } else if (options.fused) {
-    prior = keyed_uniform_tokens(support, sequences, fixed_tokens.size(1), static_cast<uint64_t>(options.seed))
+    prior = keyed_prior_tokens(support, sequences, fixed_tokens.size(1), static_cast<uint64_t>(options.seed),
+                               mask_share, process.mask_id)
                 .to(device);
   } else {
     prior = process.support->sample_uniform(fixed_tokens, &generator);
+    if (mask_share > 0) {
+      const auto u = torch::rand(fixed_tokens.sizes(), generator, torch::dtype(torch::kDouble).device(device));
+      prior = torch::where(u < mask_share, torch::full_like(prior, process.mask_id), prior);
+    }
   }
   auto z = torch::where(fixed, fixed_tokens, prior);
   auto open = ~fixed;  // confidence sampling: positions not committed yet
@@ -166,7 +167,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   // (docs/diffusion.md, "Reusing the model output").
   auto denoise = [&](double t) {
     if (logits.defined() && !process.time_conditioned && z.equal(logits_input)) return logits;
-    const double sigma = -std::log(alpha_at(*process.schedule, t));
+    const double sigma = -std::log(process.noise->levels_at(t).keep);
     logits = denoiser(z, torch::full({rows}, sigma, torch::dtype(torch::kDouble).device(device)));
     if (logits.scalar_type() != torch::kFloat && logits.scalar_type() != torch::kBFloat16)
       logits = logits.to(torch::kFloat);
@@ -174,17 +175,22 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     logits_input = z.clone();
     return logits;
   };
-  // One draw per position from q(z_s | z_t, x̂) with α_t, α_s (α_t = 0, α_s = 1: from x̂ itself).
-  auto draw = [&](const torch::Tensor& step_logits, double alpha_t, double alpha_s, uint32_t step) {
+  // One draw per position from q(z_s | z_t, x̂) for the levels at t and s (at_t.keep = 0 and at_s = clean: from x̂
+  // itself, the noise's mass at t only deciding which positions are settled).
+  auto draw = [&](const torch::Tensor& step_logits, const NoiseLevelsAt& at_t, const NoiseLevelsAt& at_s,
+                  uint32_t step) {
     if (options.fused) {
       kernels::DiffusionRowParams p;
       p.temperature = options.filter.temperature;
       p.top_k = options.filter.top_k;
       p.top_p = options.filter.top_p;
       p.min_p = options.min_p;
-      p.alpha_t = alpha_t;
-      p.alpha_s = alpha_s;
-      p.absorbing = process.noise == DiffusionNoise::masked;
+      p.alpha_t = at_t.keep;
+      p.alpha_s = at_s.keep;
+      p.mask_t = at_t.mask;
+      p.mask_s = at_s.mask;
+      p.uniform_t = at_t.uniform;
+      p.uniform_s = at_s.uniform;
       p.mask_id = process.mask_id;
       p.support_size = process.support->size();
       p.seed = static_cast<uint64_t>(options.seed);
@@ -193,10 +199,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       return fused_diffusion_step(step_logits, z, support, sequences_on_device, p);
     }
     const auto x_hat = clean_token_probs(step_logits, process, options.filter, options.posterior_dtype);
-    const auto q = process.noise == DiffusionNoise::uniform
-                       ? uniform_posterior(x_hat, z, alpha_t, alpha_s, support)
-                       : masked_posterior(x_hat, z, alpha_t, alpha_s, process.mask_id);
-    return exponential_race(q, generator);
+    return exponential_race(interpolating_posterior(x_hat, z, at_t, at_s, support, process.mask_id), generator);
   };
 
   // Confidence scores come from x̂ as filtered, but at temperature 0 from the model's own x̂: the point mass on the
@@ -204,17 +207,20 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   SamplingParams score_filter = options.filter;
   if (score_filter.temperature == 0) score_filter.temperature = 1;
   const int64_t steps = options.steps;
+  const NoiseLevelsAt clean_text;  // α = 1
+  // x̂ itself: no signal at t, and the noise's mass where it has any, so only settled positions stay.
+  const NoiseLevelsAt from_estimate{0.0, process.noise->masks() ? 1.0 : 0.0, process.noise->spreads() ? 1.0 : 0.0};
   for (int64_t k = 0; k < steps; ++k) {
     const double t = 1.0 - (1.0 - options.t_end) * static_cast<double>(k) / steps;
     const double s = 1.0 - (1.0 - options.t_end) * static_cast<double>(k + 1) / steps;
     const auto step_logits = denoise(t);
     const auto step = static_cast<uint32_t>(k);
     if (options.method == DiffusionMethod::ancestral) {
-      z = draw(step_logits, alpha_at(*process.schedule, t), alpha_at(*process.schedule, s), step);
+      z = draw(step_logits, process.noise->levels_at(t), process.noise->levels_at(s), step);
     } else {
-      const auto drawn = draw(step_logits, 0.0, 1.0, step);
+      const auto drawn = draw(step_logits, from_estimate, clean_text, step);
       confidence_step(z, open, clean_token_probs(step_logits, process, score_filter, options.posterior_dtype),
-                      commits_at_step(free_count, k, steps), process, drawn);
+                      commits_at_step(free_count, k, steps), drawn);
     }
     z = torch::where(fixed, fixed_tokens, z);
     if (options.on_trace && options.trace_every > 0 && ((k + 1) % options.trace_every == 0 || k + 1 == steps))
@@ -228,9 +234,9 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     const auto clean =
         options.noise_removal == NoiseRemoval::greedy
             ? process.support->restrict_logits(final_logits.to(torch::kFloat)).argmax(-1)
-            : draw(final_logits, alpha_at(*process.schedule, options.t_end), 1.0, static_cast<uint32_t>(steps));
-    // Absorbing noise never changes a position that is already unmasked.
-    const auto settled = process.noise == DiffusionNoise::masked ? z.ne(process.mask_id) : fixed;
+            : draw(final_logits, process.noise->levels_at(options.t_end), clean_text, static_cast<uint32_t>(steps));
+    // Noise that never draws tokens never changes a position that holds one (docs/diffusion.md, "Final step").
+    const auto settled = process.noise->spreads() ? fixed : z.ne(process.mask_id);
     z = torch::where(settled | fixed, z, clean);
   }
 

@@ -13,7 +13,7 @@
 #include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/diffusion_objective.h"
-#include "objectives/noise_schedule.h"
+#include "objectives/noise_process.h"
 #include "objectives/noise_support.h"
 #include "sampler/sampling.h"
 
@@ -21,16 +21,15 @@ namespace inkstone {
 
 // The forward process a model was trained with: what the sampler inverts.
 struct DiffusionProcess {
-  DiffusionNoise noise = DiffusionNoise::uniform;
-  std::shared_ptr<const NoiseSchedule> schedule;
+  std::shared_ptr<const NoiseProcess> noise;    // the levels α, μ, υ of the grid's times
   std::shared_ptr<const NoiseSupport> support;  // ids x̂ ranges over (and uniform noise emits)
-  int64_t mask_id = -1;                         // absorbing state (masked)
+  int64_t mask_id = -1;                         // the mask token (noise that masks)
   bool time_conditioned = false;                // the denoiser reads σ_t, so x̂ cannot be reused across steps
   int64_t end_id = -1;                          // end of text (eos): the adaptive sampler's anchor
   int64_t block_size = 0;                       // > 0: trained as block diffusion (block-causal; BD3-LM)
 };
 
-// The process the run's objective trains with (a DiffusionObjective says its noise); InputError for an objective
+// The process the run's objective trains with (a DiffusionObjective holds its noise); InputError for an objective
 // that is not a diffusion objective.
 DiffusionProcess diffusion_process_for(const Objective& objective, const Config& config, const Tokenizer& tokenizer,
                                        int64_t model_vocab);

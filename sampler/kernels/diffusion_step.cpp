@@ -83,12 +83,12 @@ torch::Tensor fused_diffusion_step(const torch::Tensor& logits_in, const torch::
   return next;
 }
 
-torch::Tensor keyed_uniform_tokens(const torch::Tensor& support, const torch::Tensor& sequences, int64_t length,
-                                   uint64_t seed) {
+torch::Tensor keyed_prior_tokens(const torch::Tensor& support, const torch::Tensor& sequences, int64_t length,
+                                 uint64_t seed, double mask_share, int64_t mask_id) {
   const auto members = support.cpu().nonzero().flatten().contiguous();
   const auto ids = members.accessor<int64_t, 1>();
   const int64_t n = members.size(0);
-  TORCH_CHECK(n > 0, "keyed_uniform_tokens: empty support");
+  TORCH_CHECK(n > 0, "keyed_prior_tokens: empty support");
   const auto rows = sequences.cpu().contiguous();
   auto tokens = torch::empty({rows.size(0), length}, torch::kLong);
   auto out = tokens.accessor<int64_t, 2>();
@@ -99,7 +99,8 @@ torch::Tensor keyed_uniform_tokens(const torch::Tensor& support, const torch::Te
           seed, kernels::position_subsequence(static_cast<uint64_t>(sequence[r]), static_cast<uint64_t>(i)),
           kernels::step_offset(kPriorStep, 0));
       const auto pick = static_cast<int64_t>(kernels::uniform_from_words(block.x, block.y) * static_cast<double>(n));
-      out[r][i] = ids[pick < n ? pick : n - 1];
+      const bool masked = mask_share > 0 && kernels::uniform_from_words(block.z, block.w) < mask_share;
+      out[r][i] = masked ? mask_id : ids[pick < n ? pick : n - 1];
     }
   }
   return tokens;

@@ -13,10 +13,11 @@ namespace inkstone {
 torch::Tensor fused_diffusion_step(const torch::Tensor& logits, const torch::Tensor& z, const torch::Tensor& support,
                                    const torch::Tensor& sequences, const kernels::DiffusionRowParams& params);
 
-// Uniform draws from the support at every position (the uniform-noise prior), from the same counter-based
-// streams as the steps (step number kPriorStep): [B, L] int64 on the CPU.
+// The prior's draws at every position, from the same counter-based streams as the steps (step number
+// kPriorStep): the mask with probability mask_share (one uniform of the position's Philox block), else a uniform
+// draw from the support (the other): [B, L] int64 on the CPU. mask_share = 0 gives uniform noise's prior.
 inline constexpr uint32_t kPriorStep = 0xFFFFFFFFu;
-torch::Tensor keyed_uniform_tokens(const torch::Tensor& support, const torch::Tensor& sequences, int64_t length,
-                                   uint64_t seed);
+torch::Tensor keyed_prior_tokens(const torch::Tensor& support, const torch::Tensor& sequences, int64_t length,
+                                 uint64_t seed, double mask_share, int64_t mask_id);
 
 }  // namespace inkstone

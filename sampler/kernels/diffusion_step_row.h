@@ -6,9 +6,11 @@
 // Per position, with logits l over the vocabulary and the support S (|S| = N) that x̂ ranges over:
 //   1. x̂ = softmax(l / T) over S, after top-k, top-p and min-p on x̂ (filters act on x̂, never on the posterior);
 //      T = 0 makes x̂ the point mass on the first argmax.
-//   2. The posterior q(v) up to its normaliser (the sampler's float64 reference: sampler/diffusion_posterior.h):
-//      uniform:   N α_t x̂_v [v = z] + (α_t/α_s − α_t)[v = z] + (α_s − α_t) x̂_v + (1 − α_t/α_s)(1 − α_s)/N · [v ∈ S]
-//      absorbing: at a masked z, (α_s − α_t)/(1 − α_t) x̂_v for v ≠ m and (1 − α_s)/(1 − α_t) for m; otherwise z.
+//   2. The posterior q(v) up to its normaliser p_t(z) (the sampler's float64 reference and its derivation:
+//      sampler/diffusion_posterior.h), for the noise levels α, μ, υ at t and s (objectives/noise_process.h):
+//        q(v) ∝ (α_t/α_s [v = z] + γ_z) (α_s x̂_v + μ_s [v = m] + υ_s/N [v ∈ S]),
+//        γ_z = (μ_t − α_t/α_s μ_s) [z = m] + (υ_t − α_t/α_s υ_s)/N [z ∈ S];
+//      γ_z = 0 (nothing but z leads to z: an unmasked token under masked noise) keeps z.
 //   3. The draw: argmax_v q(v) / E_v with E_v = −log U_v (an exponential race; ties to the smaller id).
 // top-k and top-p become thresholds on the logit found by bisection over the 2^32 ordered float keys (32 passes of
 // a count or a sum), so no sort and no per-row buffer; ties at a threshold are all kept.
@@ -26,10 +28,13 @@ struct DiffusionRowParams {
   int64_t top_k = 0;         // 0: off
   double top_p = 1.0;        // 1: off
   double min_p = 0.0;        // 0: off; keeps x̂_v >= min_p · max x̂
-  double alpha_t = 1.0;
+  double alpha_t = 1.0;      // α at t and at s < t
   double alpha_s = 1.0;
-  bool absorbing = false;    // masked diffusion: mask_id is the absorbing state
-  int64_t mask_id = -1;
+  double mask_t = 0.0;       // μ at t and s
+  double mask_s = 0.0;
+  double uniform_t = 0.0;    // υ at t and s
+  double uniform_s = 0.0;
+  int64_t mask_id = -1;      // −1: the tokenizer has none (then μ must be 0)
   int64_t support_size = 0;  // N
   uint64_t seed = 0;
   uint32_t step = 0;
@@ -69,7 +74,13 @@ INKSTONE_HD inline double log_in(double x) { return ::log(x); }
 template <typename Real, typename Logit, typename Lanes, typename Uniforms>
 INKSTONE_HD int64_t diffusion_step_row_in(const Logit* logits, int64_t vocab, const bool* support, int64_t z,
                                           const DiffusionRowParams& p, Uniforms& uniforms, Lanes& lanes) {
-  if (p.absorbing && z != p.mask_id) return z;  // an unmasked position never changes
+  const Real n = static_cast<Real>(p.support_size);
+  const Real a_t = static_cast<Real>(p.alpha_t), a_s = static_cast<Real>(p.alpha_s);
+  const Real kept_share = a_t / a_s;
+  const bool z_masked = z == p.mask_id;
+  const Real gamma = z_masked ? static_cast<Real>(p.mask_t) - kept_share * static_cast<Real>(p.mask_s)
+                              : (static_cast<Real>(p.uniform_t) - kept_share * static_cast<Real>(p.uniform_s)) / n;
+  if (!(gamma > 0)) return z;  // settled
   const double no_value = -1.0e300;
 
   // The largest logit over the support and its first index.
@@ -125,25 +136,18 @@ INKSTONE_HD int64_t diffusion_step_row_in(const Logit* logits, int64_t vocab, co
   }
 
   // The posterior's weight of each id and the race.
-  const Real n = static_cast<Real>(p.support_size);
-  const Real a_t = static_cast<Real>(p.alpha_t), a_s = static_cast<Real>(p.alpha_s);
+  const Real mask_s = static_cast<Real>(p.mask_s), spread_s = static_cast<Real>(p.uniform_s) / n;
   const Real one = 1, zero = 0;
   const Real largest_below_one =
       one - (sizeof(Real) == sizeof(float) ? Real(5.9604645e-8) : Real(1.1102230246251565e-16));
   double race = -1.0;
   int64_t winner = vocab;
   for (int64_t v = lanes.first(); v < vocab; v += lanes.stride()) {
-    const bool is_mask = p.absorbing && v == p.mask_id;
+    const bool is_mask = v == p.mask_id;
     if (!support[v] && !is_mask) continue;
     const float l = to_float(logits[v]);
     const Real x_hat = greedy ? (v == argmax ? one : zero) : (kept(v, l) ? weight(l) / normaliser : zero);
-    Real q;
-    if (p.absorbing) {
-      q = is_mask ? (one - a_s) / (one - a_t) : (a_s - a_t) / (one - a_t) * x_hat;
-    } else {
-      const Real at_z = v == z ? one : zero;
-      q = n * a_t * x_hat * at_z + (a_t / a_s - a_t) * at_z + (a_s - a_t) * x_hat + (one - a_t / a_s) * (one - a_s) / n;
-    }
+    const Real q = (v == z ? kept_share + gamma : gamma) * (a_s * x_hat + (is_mask ? mask_s : spread_s));
     if (!(q > 0)) continue;
     // A uniform within 2⁻²⁵ of 1 rounds to 1 in float, and −ln 1 = 0 would let its id win outright.
     Real u = static_cast<Real>(uniforms.at(v));

@@ -271,7 +271,9 @@ TEST(Cuda, FusedDiffusionStepDrawsTheCpuTwinsTokens) {
       p.min_p = filtered ? 0.01 : 0.0;
       p.alpha_t = 0.3;
       p.alpha_s = 0.5;
-      p.absorbing = absorbing;
+      // Absorbing noise (υ = 0) or uniform (μ = 0).
+      (absorbing ? p.mask_t : p.uniform_t) = 1 - p.alpha_t;
+      (absorbing ? p.mask_s : p.uniform_s) = 1 - p.alpha_s;
       p.mask_id = vocab - 1;
       p.support_size = vocab - 1;
       p.seed = 31;

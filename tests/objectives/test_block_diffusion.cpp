@@ -4,8 +4,9 @@
 
 #include "dataset/byte_tokenizer.h"
 #include "models/attention_mask.h"
+#include "objectives/diffusion_objective.h"
 #include "objectives/diffusion_time.h"
-#include "objectives/uniform_diffusion.h"
+#include "objectives/uniform_noise.h"
 #include "tests/fixtures.h"
 #include "tests/objectives/diffusion_fixtures.h"
 
@@ -45,12 +46,12 @@ TEST(BlockDiffusionTime, EachBlockHasOneTimeStratifiedOverAllBlocks) {
 TEST(BlockDiffusionObjective, ABlocksScoresIgnoreLaterBlocksAndOtherNoisyBlocks) {
   torch::manual_seed(62);
   const Config config = tiny_config("uniform_diffusion", false, {"diffusion.block_size=4"});
-  UniformDiffusionObjective objective(config, ByteTokenizer());
+  DiffusionObjective objective(config, ByteTokenizer(), std::make_shared<UniformNoise>(config.diffusion));
   auto model = build_language_model(config.model, 260);
   randomise(*model);
   const Batch batch = random_batch(2, 12);  // blocks [0, 4), [4, 8), [8, 12)
   const auto t = torch::full({2, 12}, 0.5f);
-  const auto z = objective.corrupt(batch.tokens, objective.schedule().alpha(t), nullptr);
+  const auto z = objective.corrupt(batch.tokens, t, nullptr);
   const auto base = objective.score(*model, batch, t, z).nelbo;
   EXPECT_TRUE(base.isfinite().all().item<bool>());
 

@@ -4,10 +4,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "objectives/diffusion_objective.h"
 #include "objectives/ar.h"
-#include "objectives/masked_diffusion.h"
+#include "objectives/masked_noise.h"
+#include "objectives/mixture_noise.h"
 #include "objectives/policy_log_probs.h"
-#include "objectives/uniform_diffusion.h"
+#include "objectives/uniform_noise.h"
 #include "objectives/z_loss.h"
 #include "tests/fixtures.h"
 #include "tests/objectives/diffusion_fixtures.h"
@@ -82,19 +84,19 @@ TEST(ChunkedObjectives, AutoregressiveLossAndGradientsEqualTheComposite) {
   expect_same_gradients(got, want, 1e-6);
 }
 
-// The uniform (with the IS part weighted differently from 1) and masked NELBOs at fixed t and z.
-template <typename Objective>
+// The uniform and mixture (with the IS part weighted differently from 1) and masked NELBOs at fixed t and z.
+template <typename Noise>
 void expect_diffusion_equal_to_composite(const std::string& name, bool time_conditioning,
                                          const std::vector<std::string>& extra = {}) {
   torch::manual_seed(42);
   const Config config = chunked_config(name, time_conditioning, extra);
-  Objective objective(config, ByteTokenizer());
+  DiffusionObjective objective(config, ByteTokenizer(), std::make_shared<Noise>(config.diffusion));
   auto model = build_language_model(config.model, 260);
   randomise(*model);
   const Batch batch = random_batch(3, 12);
   const auto t = torch::tensor({0.05f, 0.5f, 0.95f}).view({3, 1});
-  const auto alpha = objective.schedule().alpha(t);
-  const auto z = torch::where(batch.real, objective.corrupt(batch.tokens, alpha, nullptr), batch.tokens);
+  const auto alpha = objective.noise()->levels(t).keep;
+  const auto z = torch::where(batch.real, objective.corrupt(batch.tokens, t, nullptr), batch.tokens);
   const auto scores = objective.score(*model, batch, t, z);
   const auto got = gradients_of(scores.loss, *model);
 
@@ -105,15 +107,25 @@ void expect_diffusion_equal_to_composite(const std::string& name, bool time_cond
   const auto log_x_hat = torch::log_softmax(objective.support().restrict_logits(logits), -1);
   const auto a_prime = objective.schedule().alpha_prime(t);
   torch::Tensor nelbo, trained;
-  if constexpr (std::is_same_v<Objective, UniformDiffusionObjective>) {
+  if constexpr (std::is_same_v<Noise, UniformNoise>) {
     const auto terms = uniform_token_terms(log_x_hat, batch.tokens, z, alpha, a_prime, objective.support().size());
+    nelbo = terms.nelbo;
+    trained = terms.nelbo - 0.5 * terms.is_divergence;
+  } else if constexpr (std::is_same_v<Noise, MixtureNoise>) {
+    const auto per_token = [&](const NoiseLevels& l) {
+      const auto each = [&](const torch::Tensor& v) { return v.expand(z.sizes()); };
+      return NoiseLevels{each(l.keep), each(l.mask), each(l.uniform)};
+    };
+    const auto terms = interpolating_token_terms(log_x_hat, batch.tokens, z, per_token(objective.noise()->levels(t)),
+                                                 per_token(objective.noise()->rates(t)),
+                                                 {objective.support().size(), ByteTokenizer().specials().mask});
     nelbo = terms.nelbo;
     trained = terms.nelbo - 0.5 * terms.is_divergence;
   } else {
     nelbo = masked_nelbo_per_token(log_x_hat, batch.tokens, z, ByteTokenizer().specials().mask, alpha, a_prime);
     trained = nelbo;
   }
-  const auto weighted = (trained * training_weight(objective.schedule(), config.diffusion, t)).masked_fill(~batch.real, 0.0);
+  const auto weighted = (trained * training_weight(*objective.noise(), config.diffusion, t)).masked_fill(~batch.real, 0.0);
   const auto composite = weighted.sum() + 1e-3 * log_z_squared(logits).masked_fill(~batch.real, 0.0).sum();
   const auto want = gradients_of(composite, *model);
 
@@ -124,12 +136,17 @@ void expect_diffusion_equal_to_composite(const std::string& name, bool time_cond
 }
 
 TEST(ChunkedObjectives, UniformDiffusionLossAndGradientsEqualTheComposite) {
-  expect_diffusion_equal_to_composite<UniformDiffusionObjective>("uniform_diffusion", false, {"diffusion.is_weight=0.5"});
-  expect_diffusion_equal_to_composite<UniformDiffusionObjective>("uniform_diffusion", true, {"diffusion.is_weight=0.5"});
+  expect_diffusion_equal_to_composite<UniformNoise>("uniform_diffusion", false, {"diffusion.is_weight=0.5"});
+  expect_diffusion_equal_to_composite<UniformNoise>("uniform_diffusion", true, {"diffusion.is_weight=0.5"});
+}
+
+TEST(ChunkedObjectives, MixtureDiffusionLossAndGradientsEqualTheComposite) {
+  expect_diffusion_equal_to_composite<MixtureNoise>("mixture_diffusion", true,
+                                                    {"diffusion.is_weight=0.5", "diffusion.mixture_uniform=0.3"});
 }
 
 TEST(ChunkedObjectives, MaskedDiffusionLossAndGradientsEqualTheComposite) {
-  expect_diffusion_equal_to_composite<MaskedDiffusionObjective>("masked_diffusion", false);
+  expect_diffusion_equal_to_composite<MaskedNoise>("masked_diffusion", false);
 }
 
 TEST(ChunkedObjectives, PolicyLogProbsAndEntropyWithTheirGradientsEqualTheComposite) {

@@ -10,9 +10,10 @@
 #include "core/errors.h"
 #include "dataset/byte_tokenizer.h"
 #include "dataset/data_prepare.h"
+#include "objectives/diffusion_objective.h"
 #include "objectives/diffusion_time.h"
-#include "objectives/masked_diffusion.h"
-#include "objectives/uniform_diffusion.h"
+#include "objectives/masked_noise.h"
+#include "objectives/uniform_noise.h"
 #include "tests/fixtures.h"
 #include "tests/objectives/diffusion_fixtures.h"
 #include "tests/test_paths.h"
@@ -222,17 +223,18 @@ TEST(DiffusionTime, EvalGridIsTheStratumMidpoints) {
 TEST(DiffusionWeight, SnrDividesTheElboByTheLogSnrRateAndMaxWeightClipsIt) {
   DiffusionConfig config = default_config().diffusion;  // log-linear, ε = 1e-3
   const auto schedule = make_noise_schedule(config);
+  const UniformNoise noise(config);
   const auto t = torch::linspace(0.005, 1.0, 9, torch::kDouble);
   const auto alpha = schedule->alpha(t);
   const auto rate = schedule->alpha_prime(t) / (alpha * (1.0 - alpha));  // dλ/dt
 
-  EXPECT_TRUE(training_weight(*schedule, config, t).allclose(torch::ones_like(t), 0, 1e-12));
+  EXPECT_TRUE(training_weight(noise, config, t).allclose(torch::ones_like(t), 0, 1e-12));
   config.weighting = LossWeighting::snr;
-  EXPECT_TRUE(training_weight(*schedule, config, t)
+  EXPECT_TRUE(training_weight(noise, config, t)
                   .allclose(alpha * (1.0 - alpha) / -schedule->alpha_prime(t), 1e-12, 0));
   config.weighting = LossWeighting::elbo;
   config.max_weight = 20.0;
-  const auto clipped = training_weight(*schedule, config, t);
+  const auto clipped = training_weight(noise, config, t);
   EXPECT_TRUE(clipped.allclose(torch::clamp_max(20.0 / rate.abs(), 1.0), 1e-12, 0));
   EXPECT_LT(clipped.min().item<double>(), 0.3);  // t = 0.005 and t = 1 both have |dλ/dt| > 20
   EXPECT_EQ(clipped[4].item<double>(), 1.0);
@@ -241,13 +243,13 @@ TEST(DiffusionWeight, SnrDividesTheElboByTheLogSnrRateAndMaxWeightClipsIt) {
 TEST(DiffusionObjective, ScoresAreTheClosedFormOfTheModelsLogitsAtSigma) {
   torch::manual_seed(31);
   const Config config = tiny_config("uniform_diffusion", true);
-  UniformDiffusionObjective objective(config, ByteTokenizer());
+  DiffusionObjective objective(config, ByteTokenizer(), std::make_shared<UniformNoise>(config.diffusion));
   auto model = build_language_model(config.model, 260);
   randomise(*model);
   const Batch batch = random_batch(3, 12);
   const auto t = torch::tensor({0.02f, 0.4f, 0.9f}).view({3, 1});
   const auto alpha = objective.schedule().alpha(t);
-  const auto z = torch::where(batch.real, objective.corrupt(batch.tokens, alpha, nullptr), batch.tokens);
+  const auto z = torch::where(batch.real, objective.corrupt(batch.tokens, t, nullptr), batch.tokens);
   const auto scores = objective.score(*model, batch, t, z);
 
   WindowInputs args;
@@ -262,7 +264,7 @@ TEST(DiffusionObjective, ScoresAreTheClosedFormOfTheModelsLogitsAtSigma) {
   EXPECT_EQ(scores.nelbo.index({2, torch::indexing::Slice(9)}).abs().sum().item<double>(), 0.0);  // padding
   EXPECT_TRUE(scores.corrupted.equal(z.ne(batch.tokens)));
   EXPECT_GT(scores.corrupted.sum().item<int64_t>(), 0);
-  EXPECT_TRUE(scores.weighted.equal(scores.nelbo * training_weight(objective.schedule(), config.diffusion, t)));
+  EXPECT_TRUE(scores.weighted.equal(scores.nelbo * training_weight(*objective.noise(), config.diffusion, t)));
 }
 
 TEST(DiffusionObjective, SameLossWithAndWithoutTimeInputForIdenticalLogits) {
@@ -271,8 +273,8 @@ TEST(DiffusionObjective, SameLossWithAndWithoutTimeInputForIdenticalLogits) {
   torch::manual_seed(32);
   const Config with_time = tiny_config("uniform_diffusion", true);
   const Config without_time = tiny_config("uniform_diffusion", false);
-  UniformDiffusionObjective objective_a(with_time, ByteTokenizer());
-  UniformDiffusionObjective objective_b(without_time, ByteTokenizer());
+  DiffusionObjective objective_a(with_time, ByteTokenizer(), std::make_shared<UniformNoise>(with_time.diffusion));
+  DiffusionObjective objective_b(without_time, ByteTokenizer(), std::make_shared<UniformNoise>(without_time.diffusion));
   EXPECT_TRUE(objective_a.needs().time_input);
   EXPECT_FALSE(objective_b.needs().time_input);
   auto model_a = build_language_model(with_time.model, 260);
@@ -283,7 +285,7 @@ TEST(DiffusionObjective, SameLossWithAndWithoutTimeInputForIdenticalLogits) {
   }
   const Batch batch = random_batch(2, 10);
   const auto t = torch::tensor({0.25f, 0.75f}).view({2, 1});
-  const auto z = objective_a.corrupt(batch.tokens, objective_a.schedule().alpha(t), nullptr);
+  const auto z = objective_a.corrupt(batch.tokens, t, nullptr);
   const auto a = objective_a.score(*model_a, batch, t, z).nelbo;
   const auto b = objective_b.score(*model_b, batch, t, z).nelbo;
   EXPECT_TRUE(a.allclose(b, 0, 1e-6));
@@ -299,7 +301,7 @@ TEST(DiffusionObjective, SameLossWithAndWithoutTimeInputForIdenticalLogits) {
 }
 
 TEST(DiffusionObjective, LossOnATinyModelIsFiniteNonNegativeAndHasAGradient) {
-  for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
+  for (const std::string name : {"uniform_diffusion", "masked_diffusion", "mixture_diffusion"}) {
     for (bool time_conditioning : {false, true}) {
       SCOPED_TRACE(name + (time_conditioning ? " with time input" : " without time input"));
       torch::manual_seed(33);
@@ -370,7 +372,7 @@ class FixedEvalSource : public EvalSource {
 
 TEST(DiffusionObjective, EvaluateIsDeterministic) {
   const FixedEvalSource source(3);
-  for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
+  for (const std::string name : {"uniform_diffusion", "masked_diffusion", "mixture_diffusion"}) {
     SCOPED_TRACE(name);
     const Config config = tiny_config(name, false);
     auto objective = make_objective(config, ByteTokenizer());
@@ -392,7 +394,7 @@ TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
   const auto dir = testing::temp_dir("diffusion_training");
   const auto data = testing::prepare_word_corpus(dir);
   auto tokenizer = std::make_shared<ByteTokenizer>();
-  for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
+  for (const std::string name : {"uniform_diffusion", "masked_diffusion", "mixture_diffusion"}) {
     SCOPED_TRACE(name);
     const Config config = tiny_config(
         name, name == "uniform_diffusion",
@@ -432,7 +434,7 @@ TEST(DiffusionObjective, TrainingLowersTheEvalNelbo) {
 TEST(DiffusionObjective, ShardedValidationAddsUpToTheWholeSplit) {
   const auto dir = testing::temp_dir("diffusion_sharded_eval");
   const auto data = testing::prepare_word_corpus(dir);
-  for (const std::string name : {"uniform_diffusion", "masked_diffusion"}) {
+  for (const std::string name : {"uniform_diffusion", "masked_diffusion", "mixture_diffusion"}) {
     SCOPED_TRACE(name);
     const Config config = tiny_config(name, false, {"data.path=\"" + data.string() + "\""});
     auto objective = make_objective(config, ByteTokenizer());

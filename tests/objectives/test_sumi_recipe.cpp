@@ -7,8 +7,9 @@
 
 #include "dataset/byte_tokenizer.h"
 #include "objectives/ar.h"
+#include "objectives/diffusion_objective.h"
 #include "objectives/diffusion_time.h"
-#include "objectives/uniform_diffusion.h"
+#include "objectives/uniform_noise.h"
 #include "tests/fixtures.h"
 #include "tests/objectives/diffusion_fixtures.h"
 
@@ -92,13 +93,13 @@ TEST(DiffusionObjective, SnrWeightsAreGiddsAndTheIsWeightScalesTheIsTerm) {
     const Config config = tiny_config(
         "uniform_diffusion", false,
         {"diffusion.weighting=\"snr\"", "diffusion.schedule_eps=1e-9", "diffusion.is_weight=" + std::to_string(beta)});
-    UniformDiffusionObjective objective(config, ByteTokenizer());
+    DiffusionObjective objective(config, ByteTokenizer(), std::make_shared<UniformNoise>(config.diffusion));
     auto model = build_language_model(config.model, 260);
     randomise(*model);
     const Batch batch = random_batch(2, 10);
     const auto t = torch::rand({2, 10}) * 0.9 + 0.05;  // a t per token
     const auto alpha = objective.schedule().alpha(t);
-    auto z = torch::where(batch.real, objective.corrupt(batch.tokens, alpha, nullptr), batch.tokens);
+    auto z = torch::where(batch.real, objective.corrupt(batch.tokens, t, nullptr), batch.tokens);
     z.index_put_({0, torch::indexing::Slice(0, 3)}, batch.tokens.index({0, torch::indexing::Slice(0, 3)}));
     const auto scores = objective.score(*model, batch, t, z);
 

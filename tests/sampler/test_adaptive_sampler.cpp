@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <numeric>
 
+#include "objectives/uniform_noise.h"
 #include "sampler/diffusion_sampler.h"
 
 namespace inkstone {
@@ -18,8 +19,7 @@ DiffusionProcess toy_uniform_process() {
   config.schedule = "log_linear";
   config.schedule_eps = 1e-3;
   DiffusionProcess p;
-  p.noise = DiffusionNoise::uniform;
-  p.schedule = make_noise_schedule(config);
+  p.noise = std::make_shared<UniformNoise>(config);
   p.support = std::make_shared<NoiseSupport>(std::vector<int64_t>{0, 1, 2, 3, 4}, 7);
   p.end_id = kEnd;
   return p;

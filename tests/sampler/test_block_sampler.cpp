@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "dataset/byte_tokenizer.h"
+#include "objectives/uniform_noise.h"
 #include "sampler/block_sampler.h"
 #include "tests/fixtures.h"
 
@@ -14,8 +15,7 @@ namespace {
 DiffusionProcess byte_process(int64_t trained_block_size) {
   DiffusionConfig config = default_config().diffusion;
   DiffusionProcess p;
-  p.noise = DiffusionNoise::uniform;
-  p.schedule = make_noise_schedule(config);
+  p.noise = std::make_shared<UniformNoise>(config);
   p.support = std::make_shared<NoiseSupport>(ByteTokenizer(), 260, false);
   p.end_id = ByteTokenizer().specials().eos;
   p.block_size = trained_block_size;

@@ -10,9 +10,15 @@
 #include "sampler/diffusion_posterior.h"
 #include "sampler/diffusion_sampler.h"
 #include "tests/fixtures.h"
+#include "tests/sampler/noise_fixtures.h"
 
 namespace inkstone {
 namespace {
+
+using testing::masked_posterior;
+using testing::toy_noise;
+using testing::ToyNoise;
+using testing::uniform_posterior;
 
 const std::vector<double> kLogits = {0.3, -1.2, 2.0, 0.1, -0.5};  // docs/diffusion.md, "Test vectors": N = 5
 
@@ -86,13 +92,9 @@ TEST(DiffusionPosterior, ExponentialRaceDrawsFromTheDistribution) {
 }
 
 // A process over ids 0..4 of a 7-id vocabulary (5 and 6 are outside the support; 6 is the mask).
-DiffusionProcess toy_process(DiffusionNoise noise, bool time_conditioned = false) {
-  DiffusionConfig config;
-  config.schedule = "log_linear";
-  config.schedule_eps = 1e-3;
+DiffusionProcess toy_process(ToyNoise noise, bool time_conditioned = false) {
   DiffusionProcess p;
-  p.noise = noise;
-  p.schedule = make_noise_schedule(config);
+  p.noise = toy_noise(noise);
   p.support = std::make_shared<NoiseSupport>(std::vector<int64_t>{0, 1, 2, 3, 4}, 7);
   p.mask_id = 6;
   p.time_conditioned = time_conditioned;
@@ -113,8 +115,21 @@ DiffusionCanvas free_canvas(int64_t rows, int64_t length) {
   return {torch::zeros({rows, length}, torch::kLong), torch::zeros({rows, length}, torch::kBool)};
 }
 
-// Positions are independent under a constant x̂, so the law of z after each step is p ← p·Q_k with Q_k the
-// posterior matrix of step k; the final ancestral step uses α_s = 1.
+// 20,000 positions sampled under the constant x̂ land on ids 0..4 with the frequencies of `law` (within 5 standard
+// deviations), never on id 5 (outside the support) or on the mask.
+void expect_draws_follow(const DiffusionProcess& process, const DiffusionSampleOptions& options,
+                         const torch::Tensor& law) {
+  const int64_t rows = 400, length = 50, draws = rows * length;
+  const auto result = sample_diffusion(constant_denoiser(), process, free_canvas(rows, length), options, torch::kCPU);
+  const auto freq = torch::bincount(result.tokens.flatten(), {}, 7).to(torch::kDouble) / draws;
+  EXPECT_EQ(freq[5].item<double>(), 0.0);
+  EXPECT_EQ(freq[6].item<double>(), 0.0);
+  for (int v = 0; v < 5; ++v) {
+    const double p = law[v].item<double>();
+    EXPECT_NEAR(freq[v].item<double>(), p, 5 * std::sqrt(p * (1 - p) / draws)) << v;
+  }
+}
+
 // The samplers' names are defined beside them; any other is refused by the key it came from.
 TEST(DiffusionSampler, NamesAreTheSamplersOwnAndAnyOtherIsRefusedByKey) {
   EXPECT_EQ(diffusion_method_names(), (std::vector<std::string>{"ancestral", "confidence", "adaptive"}));
@@ -127,13 +142,15 @@ TEST(DiffusionSampler, NamesAreTheSamplersOwnAndAnyOtherIsRefusedByKey) {
             "--noise-removal = 'argmax' is not one of: ancestral, greedy, none");
 }
 
+// Positions are independent under a constant x̂, so the law of z after each step is p ← p·Q_k with Q_k the
+// posterior matrix of step k; the final ancestral step uses α_s = 1.
 TEST(DiffusionSampler, UniformAncestralMatchesTheAnalyticMarginal) {
-  const auto process = toy_process(DiffusionNoise::uniform);
+  const auto process = toy_process(ToyNoise::uniform);
   DiffusionSampleOptions options;
   options.steps = 8;
   options.seed = 17;
   const auto support = process.support->member_mask(torch::kCPU);
-  auto alpha = [&](double t) { return process.schedule->alpha(torch::full({}, t, torch::kDouble)).item<double>(); };
+  auto alpha = [&](double t) { return process.noise->levels_at(t).keep; };
   auto x_hat = torch::cat({reference_x_hat(), torch::zeros({2}, torch::kDouble)});
   auto law = support.to(torch::kDouble) / 5.0;
   auto step = [&](double alpha_t, double alpha_s) {
@@ -148,22 +165,49 @@ TEST(DiffusionSampler, UniformAncestralMatchesTheAnalyticMarginal) {
   }
   step(alpha(options.t_end), 1.0);
 
-  const int64_t rows = 400, length = 50, draws = rows * length;
-  const auto result = sample_diffusion(constant_denoiser(), process, free_canvas(rows, length), options, torch::kCPU);
-  const auto freq = torch::bincount(result.tokens.flatten(), {}, 7).to(torch::kDouble) / draws;
-  EXPECT_EQ(freq[5].item<double>(), 0.0);
-  EXPECT_EQ(freq[6].item<double>(), 0.0);
-  for (int v = 0; v < 5; ++v) {
-    const double p = law[v].item<double>();
-    EXPECT_NEAR(freq[v].item<double>(), p, 5 * std::sqrt(p * (1 - p) / draws)) << v;
-  }
+  expect_draws_follow(process, options, law);
   // The posterior is exact Bayes for data x ~ x̂, so a chain started at q_1(·|x̂) ends at x̂; the uniform prior
   // differs from q_1 by α_1 = 1e-3, which leaves the analytic law within 1e-5 of x̂.
   for (int v = 0; v < 5; ++v) EXPECT_NEAR(law[v].item<double>(), reference_x_hat()[v].item<double>(), 1e-5);
 }
 
+// Mixture noise: the prior mixes the mask and uniform draws, and each step may unmask, move or re-mask a token, so
+// the law of a position over all 7 ids (the mask included) follows p ← p·Q_k; the fused and the eager sampler both
+// draw from it, and it ends within 2e-3 of x̂ (the prior differs from q_1(·|x̂) by α_1 = 1e-3).
+TEST(DiffusionSampler, MixtureAncestralMatchesTheAnalyticMarginal) {
+  const auto process = toy_process(ToyNoise::mixture);
+  const auto support = process.support->member_mask(torch::kCPU);
+  const auto x_hat = torch::cat({reference_x_hat(), torch::zeros({2}, torch::kDouble)});
+  const NoiseLevelsAt at_one = process.noise->levels_at(1.0);
+  const double mask_share = at_one.mask / (at_one.mask + at_one.uniform);
+  EXPECT_GT(mask_share, 0.9);
+  EXPECT_LT(mask_share, 0.99);
+  for (const bool fused : {true, false}) {
+    SCOPED_TRACE(fused ? "fused" : "eager");
+    DiffusionSampleOptions options;
+    options.steps = 8;
+    options.seed = 23;
+    options.fused = fused;
+    auto law = support.to(torch::kDouble) * (1 - mask_share) / 5.0;
+    law[6] = mask_share;
+    auto step = [&](const NoiseLevelsAt& at_t, const NoiseLevelsAt& at_s) {
+      auto q = interpolating_posterior(x_hat.unsqueeze(0).expand({7, 7}), torch::arange(7), at_t, at_s, support, 6);
+      law = law.matmul(q.masked_fill(torch::arange(7).eq(5).unsqueeze(1), 0.0));  // id 5 is never drawn
+    };
+    for (int64_t k = 0; k < options.steps; ++k) {
+      const double t = 1.0 - (1.0 - options.t_end) * k / options.steps;
+      const double s = 1.0 - (1.0 - options.t_end) * (k + 1) / options.steps;
+      step(process.noise->levels_at(t), process.noise->levels_at(s));
+    }
+    step(process.noise->levels_at(options.t_end), NoiseLevelsAt{});
+
+    expect_draws_follow(process, options, law);
+    for (int v = 0; v < 5; ++v) EXPECT_NEAR(law[v].item<double>(), reference_x_hat()[v].item<double>(), 2e-3) << v;
+  }
+}
+
 TEST(DiffusionSampler, MaskedAncestralEndsWithXHatAndNoMasks) {
-  const auto process = toy_process(DiffusionNoise::masked);
+  const auto process = toy_process(ToyNoise::masked);
   DiffusionSampleOptions options;
   options.steps = 16;
   const int64_t rows = 400, length = 50, draws = rows * length;
@@ -180,18 +224,18 @@ TEST(DiffusionSampler, ReusesXHatWhileNothingChangesUnlessTimeConditioned) {
   DiffusionSampleOptions options;
   options.steps = 64;
   int64_t calls = 0;
-  auto result = sample_diffusion(constant_denoiser(&calls), toy_process(DiffusionNoise::masked),
+  auto result = sample_diffusion(constant_denoiser(&calls), toy_process(ToyNoise::masked),
                                  free_canvas(1, 3), options, torch::kCPU);
   EXPECT_EQ(result.model_calls, calls);
   EXPECT_LE(calls, 3 + 2);  // one call per change of z (3 positions unmask) plus the first and the last
   calls = 0;
-  result = sample_diffusion(constant_denoiser(&calls), toy_process(DiffusionNoise::masked, true), free_canvas(1, 3),
+  result = sample_diffusion(constant_denoiser(&calls), toy_process(ToyNoise::masked, true), free_canvas(1, 3),
                             options, torch::kCPU);
   EXPECT_EQ(calls, options.steps + 1);
 }
 
 TEST(DiffusionSampler, FixedPositionsAreClampedAndSeedsReproduce) {
-  for (auto noise : {DiffusionNoise::uniform, DiffusionNoise::masked}) {
+  for (auto noise : {ToyNoise::uniform, ToyNoise::masked, ToyNoise::mixture}) {
     for (auto method : {DiffusionMethod::ancestral, DiffusionMethod::confidence}) {
       auto canvas = free_canvas(6, 10);
       canvas.tokens.index_put_({torch::indexing::Slice(), torch::indexing::Slice(0, 3)}, 4);
@@ -213,7 +257,7 @@ TEST(DiffusionSampler, FixedPositionsAreClampedAndSeedsReproduce) {
 }
 
 TEST(DiffusionSampler, GreedyConfidenceCommitsTheArgmaxEverywhere) {
-  for (auto noise : {DiffusionNoise::uniform, DiffusionNoise::masked}) {
+  for (auto noise : {ToyNoise::uniform, ToyNoise::masked, ToyNoise::mixture}) {
     DiffusionSampleOptions options;
     options.steps = 3;  // 7 positions over 3 steps: 2, 2, 3 commits
     options.method = DiffusionMethod::confidence;
@@ -232,7 +276,7 @@ TEST(DiffusionSampler, GreedyNoiseRemovalTakesTheArgmax) {
   DiffusionSampleOptions options;
   options.steps = 4;
   options.noise_removal = NoiseRemoval::greedy;
-  const auto z = sample_diffusion(constant_denoiser(), toy_process(DiffusionNoise::uniform), free_canvas(3, 8),
+  const auto z = sample_diffusion(constant_denoiser(), toy_process(ToyNoise::uniform), free_canvas(3, 8),
                                   options, torch::kCPU).tokens;
   EXPECT_TRUE(z.eq(2).all().item<bool>());
 }
@@ -243,7 +287,7 @@ TEST(DiffusionSampler, RunsATimeConditionedModel) {
   auto model = build_language_model(c, 7);
   DiffusionSampleOptions options;
   options.steps = 4;
-  const auto result = sample_diffusion(model_denoiser(model), toy_process(DiffusionNoise::uniform, true),
+  const auto result = sample_diffusion(model_denoiser(model), toy_process(ToyNoise::uniform, true),
                                        free_canvas(2, 12), options, torch::kCPU);
   EXPECT_EQ(result.model_calls, options.steps + 1);
   EXPECT_TRUE(result.tokens.lt(5).all().item<bool>());

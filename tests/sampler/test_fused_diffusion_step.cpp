@@ -12,6 +12,7 @@
 #include "sampler/diffusion_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "sampler/sampling.h"
+#include "tests/sampler/noise_fixtures.h"
 
 namespace inkstone {
 namespace {
@@ -38,25 +39,42 @@ struct Case {
   DiffusionRowParams params;
 };
 
+enum class Noise { uniform, absorbing, mixture };
+
+// The noise's levels at t and s: uniform (μ = 0), absorbing (υ = 0), or a mixture whose mask share is 0.6 at t and
+// 0.75 at s (γ ≥ 0 for both kinds of z).
+void set_levels(DiffusionRowParams& p, Noise noise) {
+  const double share_t = noise == Noise::uniform ? 0.0 : noise == Noise::absorbing ? 1.0 : 0.6;
+  const double share_s = noise == Noise::uniform ? 0.0 : noise == Noise::absorbing ? 1.0 : 0.75;
+  p.mask_t = share_t * (1 - p.alpha_t);
+  p.uniform_t = (1 - share_t) * (1 - p.alpha_t);
+  p.mask_s = share_s * (1 - p.alpha_s);
+  p.uniform_s = (1 - share_s) * (1 - p.alpha_s);
+}
+
+bool masks(const DiffusionRowParams& p) { return p.mask_t > 0; }
+
 std::vector<Case> cases(int64_t n) {
-  auto make = [n](double temperature, int64_t top_k, double top_p, double alpha_t, double alpha_s, bool absorbing) {
+  auto make = [n](double temperature, int64_t top_k, double top_p, double alpha_t, double alpha_s, Noise noise) {
     DiffusionRowParams p;
     p.temperature = temperature;
     p.top_k = top_k;
     p.top_p = top_p;
     p.alpha_t = alpha_t;
     p.alpha_s = alpha_s;
-    p.absorbing = absorbing;
+    set_levels(p, noise);
     p.support_size = n;
     p.seed = 99;
     p.step = 3;
     return p;
   };
-  return {{"uniform", make(1.0, 0, 1.0, 0.3, 0.55, false)},
-          {"uniform_filtered", make(0.7, 5, 0.8, 0.3, 0.55, false)},
-          {"uniform_final", make(1.3, 0, 0.9, 0.2, 1.0, false)},
-          {"uniform_greedy_x_hat", make(0.0, 0, 1.0, 0.4, 0.8, false)},
-          {"absorbing", make(1.0, 3, 1.0, 0.25, 0.6, true)}};
+  return {{"uniform", make(1.0, 0, 1.0, 0.3, 0.55, Noise::uniform)},
+          {"uniform_filtered", make(0.7, 5, 0.8, 0.3, 0.55, Noise::uniform)},
+          {"uniform_final", make(1.3, 0, 0.9, 0.2, 1.0, Noise::uniform)},
+          {"uniform_greedy_x_hat", make(0.0, 0, 1.0, 0.4, 0.8, Noise::uniform)},
+          {"absorbing", make(1.0, 3, 1.0, 0.25, 0.6, Noise::absorbing)},
+          {"mixture", make(1.0, 0, 1.0, 0.25, 0.6, Noise::mixture)},
+          {"mixture_filtered", make(0.8, 4, 0.9, 0.35, 0.5, Noise::mixture)}};
 }
 
 // x̂ as the eager sampler forms it (float64, filters on x̂), the float64 posterior, and the race with the fused
@@ -71,8 +89,8 @@ int64_t reference_token(const torch::Tensor& logits, const torch::Tensor& suppor
     x_hat = top_p_filter(top_k_filter(restricted / p.temperature, p.top_k), p.top_p).softmax(-1);
   }
   const auto z_t = torch::tensor({z});
-  const auto q = p.absorbing ? masked_posterior(x_hat.unsqueeze(0), z_t, p.alpha_t, p.alpha_s, p.mask_id)[0]
-                             : uniform_posterior(x_hat.unsqueeze(0), z_t, p.alpha_t, p.alpha_s, support)[0];
+  const auto q = interpolating_posterior(x_hat.unsqueeze(0), z_t, {p.alpha_t, p.mask_t, p.uniform_t},
+                                         {p.alpha_s, p.mask_s, p.uniform_s}, support, p.mask_id)[0];
   kernels::PhiloxUniforms uniforms{p.seed, kernels::position_subsequence(sequence, static_cast<uint64_t>(position)),
                                    p.step};
   int64_t best = -1;
@@ -102,7 +120,7 @@ TEST(FusedDiffusionStep, DrawsTheReferencePosteriorsTokenFromTheSameUniforms) {
     auto z = torch::randint(0, vocab, {rows, length}, torch::kLong);
     z = torch::where(support.index({z}), z, torch::zeros_like(z));  // every z in the support
     auto step_support = support.clone();
-    if (p.absorbing) {
+    if (masks(p)) {
       step_support[mask_id] = false;  // the absorbing state is not a token x̂ can name
       p.mask_id = mask_id;
       p.support_size = 20;
@@ -127,6 +145,7 @@ double chi_square_of_draws(uint64_t seed, int64_t z, bool float32) {
   DiffusionRowParams p;
   p.alpha_t = 0.35;
   p.alpha_s = 0.7;
+  set_levels(p, Noise::uniform);
   p.support_size = vocab;
   p.seed = seed;
   p.float32 = float32;
@@ -134,8 +153,8 @@ double chi_square_of_draws(uint64_t seed, int64_t z, bool float32) {
       fused_diffusion_step(row_logits.expand({1, draws, vocab}).contiguous(), torch::full({1, draws}, z, torch::kLong),
                            support, torch::zeros({1}, torch::kLong), p);
   const auto counts = torch::bincount(next.flatten(), {}, vocab).to(torch::kDouble);
-  const auto q = uniform_posterior(row_logits.to(torch::kDouble).softmax(-1).unsqueeze(0), torch::tensor({z}),
-                                   p.alpha_t, p.alpha_s, support)[0];
+  const auto q = testing::uniform_posterior(row_logits.to(torch::kDouble).softmax(-1).unsqueeze(0),
+                                            torch::tensor({z}), p.alpha_t, p.alpha_s, support)[0];
   const auto expected = q * draws;
   return ((counts - expected).pow(2) / expected).sum().item<double>();
 }
@@ -160,7 +179,7 @@ TEST(FusedDiffusionStep, Float32AndFloat64PickTheSameTokenAlmostEverywhere) {
   const auto sequences = torch::arange(rows, torch::kLong);
   int64_t differ = 0, total = 0;
   for (auto [name, p] : cases(vocab)) {
-    if (p.absorbing) continue;  // the absorbing case's mask id is set up in the reference test
+    if (masks(p)) continue;  // the mask id of noise that masks is set up in the reference test
     const auto z = torch::randint(0, vocab, {rows, length}, torch::kLong);
     const auto wide = fused_diffusion_step(logits, z, support, sequences, p);
     p.float32 = true;
@@ -193,11 +212,7 @@ Denoiser toy_denoiser(int64_t vocab) {
 TEST(FusedDiffusionStep, ASequenceSamplesTheSameInAnyBatch) {
   const int64_t vocab = 17, rows = 6, length = 9;
   DiffusionProcess process;
-  process.noise = DiffusionNoise::uniform;
-  DiffusionConfig diffusion;
-  diffusion.schedule = "log_linear";
-  diffusion.schedule_eps = 1e-3;
-  process.schedule = make_noise_schedule(diffusion);
+  process.noise = testing::toy_noise(testing::ToyNoise::uniform);
   std::vector<int64_t> ids(vocab - 2);
   std::iota(ids.begin(), ids.end(), 0);  // ids 15 and 16 outside the support
   process.support = std::make_shared<NoiseSupport>(ids, vocab);

@@ -1,4 +1,4 @@
-#include "objectives/uniform_diffusion.h"
+#include "objectives/uniform_noise.h"
 
 #include <cmath>
 
@@ -56,15 +56,20 @@ double uniform_nelbo_kl_form(const torch::Tensor& x_hat, int64_t x, int64_t z, d
   return -alpha_prime / (alpha * n * q_z) * (kl + r - std::log(r) - 1.0);
 }
 
-torch::Tensor UniformDiffusionObjective::replacement(const torch::Tensor& x, at::Generator* generator) const {
-  return support().sample_uniform(x, generator);
+NoiseLevels UniformNoise::levels(const torch::Tensor& t) const {
+  const auto alpha = schedule().alpha(t);
+  return {alpha, torch::zeros_like(alpha), 1.0 - alpha};
 }
 
-DiffusionTokenTerms UniformDiffusionObjective::token_terms(const torch::Tensor& logits, const torch::Tensor& x,
-                                                           const torch::Tensor& z, const torch::Tensor& alpha,
-                                                           const torch::Tensor& alpha_prime) const {
-  const auto log_x_hat = torch::log_softmax(support().restrict_logits(logits.to(torch::kFloat)), -1);
-  return uniform_token_terms(log_x_hat, x, z, alpha, alpha_prime, support().size());
+NoiseLevels UniformNoise::rates(const torch::Tensor& t) const {
+  const auto alpha_prime = schedule().alpha_prime(t);
+  return {alpha_prime, torch::zeros_like(alpha_prime), -alpha_prime};
+}
+
+DiffusionTokenTerms UniformNoise::token_terms(const torch::Tensor& log_x_hat, const torch::Tensor& x,
+                                              const torch::Tensor& z, const NoiseLevels& level,
+                                              const NoiseLevels& rate, const NoiseIds& ids) const {
+  return uniform_token_terms(log_x_hat, x, z, level.keep, rate.keep, ids.support_size);
 }
 
 }  // namespace inkstone

@@ -1,8 +1,7 @@
-// Uniform-noise discrete diffusion (UDLM, Duo, GIDD; docs/diffusion.md, "Uniform NELBO"): with probability
-// 1 − α_t a token is replaced by a uniform draw from the noise support (which may return the token itself), and
-// the model is trained on the continuous-time NELBO.
+// Uniform noise (UDLM, Duo, GIDD; docs/diffusion.md, "Uniform NELBO"): with probability 1 − α_t a token is
+// replaced by a uniform draw from the noise support (which may return the token itself): μ ≡ 0, υ = 1 − α.
 #pragma once
-#include "objectives/diffusion_objective.h"
+#include "objectives/noise_process.h"
 
 namespace inkstone {
 
@@ -30,17 +29,17 @@ DiffusionTokenTerms uniform_token_terms(const torch::Tensor& log_x_hat, const to
 // x_hat: [N] probabilities over the support; x, z index into it.
 double uniform_nelbo_kl_form(const torch::Tensor& x_hat, int64_t x, int64_t z, double alpha, double alpha_prime);
 
-class UniformDiffusionObjective : public DiffusionObjective {
+class UniformNoise : public NoiseProcess {
  public:
-  using DiffusionObjective::DiffusionObjective;
-  std::string name() const override { return "uniform_diffusion"; }
-  DiffusionNoise noise() const override { return DiffusionNoise::uniform; }
-
- protected:
-  // A uniform draw from the support, which may return x itself (docs/diffusion.md, "Uniform noise").
-  torch::Tensor replacement(const torch::Tensor& x, at::Generator* generator) const override;
-  DiffusionTokenTerms token_terms(const torch::Tensor& logits, const torch::Tensor& x, const torch::Tensor& z,
-                                  const torch::Tensor& alpha, const torch::Tensor& alpha_prime) const override;
+  using NoiseProcess::NoiseProcess;
+  NoiseLevels levels(const torch::Tensor& t) const override;
+  NoiseLevels rates(const torch::Tensor& t) const override;
+  bool masks() const override { return false; }
+  bool spreads() const override { return true; }
+  // The closed form above with a = α_t, a' = α'_t.
+  DiffusionTokenTerms token_terms(const torch::Tensor& log_x_hat, const torch::Tensor& x, const torch::Tensor& z,
+                                  const NoiseLevels& level, const NoiseLevels& rate,
+                                  const NoiseIds& ids) const override;
 };
 
 }  // namespace inkstone
