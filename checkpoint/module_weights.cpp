@@ -18,11 +18,13 @@ NamedTensors module_weights(const torch::nn::Module& module) {
   return out;
 }
 
-void load_module_weights(torch::nn::Module& module, const NamedTensors& weights, const std::string& origin) {
+void load_module_weights(torch::nn::Module& module, const NamedTensors& weights, const std::string& origin,
+                         bool keep_missing) {
   torch::NoGradGuard no_grad;
   std::map<std::string, torch::Tensor> saved(weights.begin(), weights.end());
   for (auto& item : module.named_parameters()) {
     auto it = saved.find(item.key());
+    if (it == saved.end() && keep_missing) continue;
     if (it == saved.end())
       throw InputError(fmt::format("{}: no weight '{}' for this model", origin, item.key()));
     if (it->second.sizes() != item.value().sizes())

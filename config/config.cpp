@@ -363,6 +363,16 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return config_from_string(read_input_file(path, "config file"), path, overrides);
 }
 
+std::set<std::string> given_keys(const std::string& path, const std::vector<std::string>& overrides) {
+  std::set<std::string> keys;
+  const toml::table root = toml::parse(read_input_file(path, "config file"), path);  // load_config has read it
+  for (const auto& [section, table] : root)
+    if (const auto* entries = table.as_table())
+      for (const auto& [key, value] : *entries) keys.insert(std::string(section.str()) + "." + std::string(key.str()));
+  for (const auto& assignment : overrides) keys.insert(assignment.substr(0, assignment.find('=')));
+  return keys;
+}
+
 std::string field_to_toml(Config& config, const FieldSpec& field) {
   std::ostringstream value;
   std::visit(

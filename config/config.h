@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -267,6 +268,7 @@ struct ScheduleConfig {
 };
 
 struct TrainConfig {
+  std::string init_checkpoint;  // run, checkpoint or imported folder whose weights the run starts from (windows)
   int64_t steps;
   int64_t batch_size;
   int64_t grad_accum;
@@ -347,6 +349,8 @@ struct Config {
 
 // The documented defaults.
 Config default_config();
+// The keys ("section.key") the config file at `path` and the --set `overrides` give; every other key is a default.
+std::set<std::string> given_keys(const std::string& path, const std::vector<std::string>& overrides);
 
 // The seed of the training windows' order: data.seed, or run.seed where data.seed is -1. Apart from run.seed (the
 // weights' initialisation), so that a sweep can vary the two separately.

@@ -281,6 +281,10 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(schedule, decay_fraction, 0.2, "wsd: fraction of all steps spent in the final decay.")
           .range(0, 1),
 
+      INKSTONE_FIELD(train, init_checkpoint, "",
+                     "Run, checkpoint or `import hf` folder whose weights a run on token windows starts from, with a "
+                     "fresh optimizer and schedule; [model] keys left out take the checkpoint's values "
+                     "(docs/training.md, \"Starting from a checkpoint\"). Empty: fresh weights."),
       INKSTONE_FIELD(train, steps, int64_t{1000}, "Optimizer steps.").at_least(1),
       INKSTONE_FIELD(train, batch_size, int64_t{16}, "Sequences per optimizer step (all micro-batches).")
           .at_least(1),

@@ -13,6 +13,7 @@
 #include "sampler/text_samples.h"
 #include "tools/commands.h"
 #include "tools/config_reference.h"
+#include "tools/init_checkpoint.h"
 #include "tools/run_setup.h"
 #include "train/distributed.h"
 #include "train/memory_plan.h"
@@ -34,8 +35,9 @@ struct TrainOptions {
   int64_t ranks = 0;  // for --dry-run; 0: the launch's, or 1
 };
 
-// Per-rank memory of the run `config` describes, predicted without building it (train/memory_plan.h).
-int dry_run(const Config& config, int64_t ranks) {
+// Per-rank memory of the run `config` describes, predicted without building it (train/memory_plan.h); with
+// train.init_checkpoint, of the architecture it adopts (`given`: the keys the config and --set give).
+int dry_run(Config config, int64_t ranks, const std::set<std::string>& given) {
   if (objective_batch_kind(config.objective.name) == BatchKind::rollouts)
     throw InputError(fmt::format("--dry-run predicts training on token windows; objective '{}' trains on rollouts",
                                  config.objective.name));
@@ -46,7 +48,9 @@ int dry_run(const Config& config, int64_t ranks) {
   // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
   // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
   const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != "cpu";
-  fmt::print("{}", describe(plan_memory(config, load_run_tokenizer(config)->vocab_size(), ranks, bf16)));
+  const auto tokenizer = load_run_tokenizer(config);
+  if (!config.train.init_checkpoint.empty()) adopt_initial_checkpoint(config, given, *tokenizer);
+  fmt::print("{}", describe(plan_memory(config, tokenizer->vocab_size(), ranks, bf16)));
   return 0;
 }
 
@@ -121,7 +125,8 @@ int train(const TrainOptions& o) {
   check_objective_settings(config);
   diffusion_sample_options(config.sample);  // refuses a [sample] sampler name before the run starts
   const LaunchEnv launch = launch_env_from_environment();
-  if (o.dry_run) return dry_run(config, o.ranks > 0 ? o.ranks : launch.world_size);
+  if (o.dry_run)
+    return dry_run(config, o.ranks > 0 ? o.ranks : launch.world_size, given_keys(o.config_path, o.overrides));
   const std::filesystem::path run_dir = resolve_run_dir(config, o.run_dir);
   // Rank 0 alone writes the run folder, so it alone holds the folder's lock.
   std::optional<RunLock> lock;
@@ -143,6 +148,14 @@ int train(const TrainOptions& o) {
 
   RunContext ctx = prepare_run(config);
   const bool rollouts = objective_batch_kind(config.objective.name) == BatchKind::rollouts;
+  std::optional<InitialCheckpoint> initial;
+  if (!config.train.init_checkpoint.empty()) {
+    if (rollouts)
+      throw InputError(fmt::format("train.init_checkpoint applies to objectives that train on token windows; "
+                                   "objective '{}' starts from rl.init_checkpoint (also its reference policy)",
+                                   config.objective.name));
+    initial = adopt_initial_checkpoint(config, given_keys(o.config_path, o.overrides), *ctx.tokenizer);
+  }
   // A data-parallel rank: its own GPU, its share of each batch; rank 0 alone prints and writes the run folder.
   auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();
@@ -154,9 +167,19 @@ int train(const TrainOptions& o) {
   } else {
     model = build_model_for(config, *ctx.tokenizer, ctx.device);
   }
+  if (initial && !checkpoint) {
+    const auto fresh = load_initial_weights(*model, *initial);
+    initial->notes.insert(initial->notes.end(), fresh.begin(), fresh.end());
+  }
+  if (initial) initial->checkpoint.model = {};  // in the model now, or the run's own checkpoint's on --resume
   auto objective = make_objective(config, *ctx.tokenizer);  // sized for the final architecture (FlowRL's log Z head)
   if (main) {
     print_run_header(config, model, run_dir, ctx.device);
+    if (initial && !checkpoint) {
+      fmt::print("starting from {} (step {}, objective {}): weights only, a fresh optimizer and schedule\n",
+                 config.train.init_checkpoint, initial->checkpoint.step, initial->config.objective.name);
+      for (const auto& note : initial->notes) fmt::print("  {}\n", note);
+    }
     if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);
     std::filesystem::create_directories(run_dir);
     write_file_atomic(run_dir / "config.toml", config_to_toml(config));

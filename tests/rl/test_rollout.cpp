@@ -4,7 +4,7 @@
 #include "dataset/byte_tokenizer.h"
 #include "objectives/policy_log_probs.h"
 #include "sampler/rollout.h"
-#include "tests/rl/rl_fixtures.h"
+#include "tests/objectives/rollout_fixtures.h"
 
 namespace inkstone {
 namespace {

@@ -10,7 +10,7 @@
 #include "dataset/byte_tokenizer.h"
 #include "objectives/objective.h"
 #include "rl/rollout_source.h"
-#include "tests/rl/rl_fixtures.h"
+#include "tests/objectives/rollout_fixtures.h"
 #include "tests/test_paths.h"
 #include "train/session.h"
 

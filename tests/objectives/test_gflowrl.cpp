@@ -5,7 +5,7 @@
 #include "config/config.h"
 #include "objectives/gflowrl.h"
 #include "objectives/grpo.h"
-#include "tests/rl/rl_fixtures.h"
+#include "tests/objectives/rollout_fixtures.h"
 
 namespace inkstone {
 namespace {

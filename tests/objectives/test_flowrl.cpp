@@ -4,7 +4,7 @@
 
 #include "config/config.h"
 #include "objectives/flowrl.h"
-#include "tests/rl/rl_fixtures.h"
+#include "tests/objectives/rollout_fixtures.h"
 
 namespace inkstone {
 namespace {

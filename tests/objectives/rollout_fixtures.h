@@ -1,4 +1,5 @@
-// Shared pieces of the RL tests: a tiny policy and rollout batches written out by hand.
+// Shared pieces of the RL objectives' tests (and the rollout ones'): a tiny policy and rollout batches written out
+// by hand.
 #pragma once
 #include <vector>
 

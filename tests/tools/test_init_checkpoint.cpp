@@ -1,0 +1,147 @@
+// train.init_checkpoint (docs/training.md, "Starting from a checkpoint"): a run adopts its checkpoint's
+// architecture and starts from its exact logits; AR checkpoints start masked and uniform diffusion runs (attention
+// turned bidirectional, a time embedding and a head of its own added); other architecture changes and another tokenizer are refused by
+// name; a started run resumes.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "checkpoint/checkpoint.h"
+#include "config/config.h"
+#include "tests/cli_run.h"
+#include "tests/fixtures.h"
+#include "tools/init_checkpoint.h"
+#include "tools/run_setup.h"
+
+namespace inkstone {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::run_cli;
+
+class InitCheckpoint : public ::testing::Test {
+ protected:
+  // An AR run of 3 steps on the word corpus (d_model 32), shared by the tests.
+  static void SetUpTestSuite() {
+    dir_ = new fs::path(testing::temp_dir("init_checkpoint"));
+    const auto data = testing::prepare_word_corpus(*dir_);
+    std::ofstream(*dir_ / "base.toml") << "[run]\nthreads = 1\ndevice = \"cpu\"\n"
+                                       << "[model]\nd_model = 32\nn_layers = 2\nn_heads = 2\nn_kv_heads = 1\n"
+                                       << "max_seq_len = 32\n"
+                                       << "[data]\npath = \"" << data.string() << "\"\nseq_len = 16\n"
+                                       << "[train]\nsteps = 3\nbatch_size = 4\neval_interval = 0\n";
+    const auto result = run_cli({"train", (*dir_ / "base.toml").string(), "--run-dir", base().string()});
+    ASSERT_EQ(result.exit_code, 0) << result.output;
+    // A run that starts from it: no [model] section at all, so the architecture is the checkpoint's.
+    std::ofstream(*dir_ / "tuned.toml") << "[run]\nthreads = 1\ndevice = \"cpu\"\n"
+                                        << "[data]\npath = \"" << data.string() << "\"\nseq_len = 16\n"
+                                        << "[train]\nsteps = 2\nbatch_size = 4\neval_interval = 0\n"
+                                        << "init_checkpoint = \"" << base().string() << "\"\n";
+  }
+  static void TearDownTestSuite() {
+    fs::remove_all(*dir_);
+    delete dir_;
+  }
+  static fs::path base() { return *dir_ / "base_run"; }
+  static fs::path tuned_config() { return *dir_ / "tuned.toml"; }
+  static fs::path* dir_;
+};
+fs::path* InitCheckpoint::dir_ = nullptr;
+
+TEST_F(InitCheckpoint, AdoptsTheArchitectureAndStartsFromTheCheckpointsLogits) {
+  Config config = load_config(tuned_config().string());
+  EXPECT_EQ(config.model.d_model, default_config().model.d_model);  // the file says nothing about [model]
+  const auto tokenizer = cli::load_run_tokenizer(config);
+  const auto initial = cli::adopt_initial_checkpoint(config, given_keys(tuned_config().string(), {}), *tokenizer);
+  EXPECT_EQ(config.model.d_model, 32);
+  EXPECT_EQ(config.model.n_kv_heads, 1);
+  EXPECT_EQ(config.model.max_seq_len, 32);
+  EXPECT_EQ(initial.checkpoint.step, 3);
+  EXPECT_TRUE(initial.notes.empty());
+
+  auto model = build_language_model(config.model, tokenizer->vocab_size());
+  EXPECT_TRUE(cli::load_initial_weights(*model, initial).empty());
+  auto trained = cli::load_trained_model(base().string(), "cpu");
+  const auto tokens = torch::randint(0, 256, {2, 16}, torch::kLong);
+  torch::NoGradGuard no_grad;
+  model->eval();
+  WindowInputs window;
+  EXPECT_TRUE(torch::equal(model->forward(tokens, window), trained.model->forward(tokens, window)));
+
+  // Untied, the head starts as the embedding it was tied to: the same logits, and nothing new to announce.
+  Config untied = load_config(tuned_config().string(), {"model.tie_embeddings=false"});
+  const auto untied_initial =
+      cli::adopt_initial_checkpoint(untied, given_keys(tuned_config().string(), {"model.tie_embeddings=false"}),
+                                    *tokenizer);
+  ASSERT_EQ(untied_initial.notes.size(), 1u);
+  EXPECT_NE(untied_initial.notes[0].find("starting as a copy of the tied embedding"), std::string::npos);
+  auto untied_model = build_language_model(untied.model, tokenizer->vocab_size());
+  EXPECT_TRUE(cli::load_initial_weights(*untied_model, untied_initial).empty());
+  untied_model->eval();
+  EXPECT_TRUE(torch::allclose(untied_model->forward(tokens, window), trained.model->forward(tokens, window), 0, 1e-6));
+}
+
+TEST_F(InitCheckpoint, ArCheckpointsStartMaskedAndUniformDiffusionRuns) {
+  const auto masked = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "mdlm").string(), "--set",
+                               "objective.name=\"masked_diffusion\""});
+  ASSERT_EQ(masked.exit_code, 0) << masked.output;
+  EXPECT_NE(masked.output.find("starting from " + base().string()), std::string::npos) << masked.output;
+  EXPECT_NE(masked.output.find("attention: causal as trained (ar), bidirectional here (masked_diffusion)"),
+            std::string::npos)
+      << masked.output;
+
+  const auto uniform = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "udlm").string(), "--set",
+                                "objective.name=\"uniform_diffusion\"", "--set", "model.time_conditioning=true",
+                                "--set", "model.tie_embeddings=false"});
+  ASSERT_EQ(uniform.exit_code, 0) << uniform.output;
+  EXPECT_NE(uniform.output.find("model.time_conditioning = true (the checkpoint's: false): new adaLN-Zero"),
+            std::string::npos)
+      << uniform.output;
+  EXPECT_NE(uniform.output.find("new weight tensor(s) initialised as configured"), std::string::npos)
+      << uniform.output;
+  const CheckpointData done = load_checkpoint(*dir_ / "udlm");
+  EXPECT_EQ(done.step, 2);  // the step count starts again: weights only
+}
+
+TEST_F(InitCheckpoint, AnotherArchitectureAMissingFolderAndAnotherTokenizerAreRefusedByName) {
+  const auto wider = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "wider").string(), "--set",
+                              "model.d_model=64"});
+  EXPECT_EQ(wider.exit_code, 2) << wider.output;
+  EXPECT_NE(wider.output.find("model.d_model = 64 here but 32 in train.init_checkpoint '" + base().string() + "'"),
+            std::string::npos)
+      << wider.output;
+
+  const auto missing = (*dir_ / "no-such-run").string();
+  const auto absent = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "absent").string(), "--set",
+                               "train.init_checkpoint=\"" + missing + "\""});
+  EXPECT_EQ(absent.exit_code, 2) << absent.output;
+  EXPECT_NE(absent.output.find("train.init_checkpoint = '" + missing + "' does not exist"), std::string::npos)
+      << absent.output;
+
+  const auto tok = run_cli({"tokenizer", "train", "--input", (*dir_ / "text" / "doc100.txt").string(), "--vocab",
+                            "300", "--out", (*dir_ / "tok").string()});
+  ASSERT_EQ(tok.exit_code, 0) << tok.output;
+  const auto prepared = run_cli({"data", "prepare", "--input", (*dir_ / "text").string(), "--tokenizer",
+                                 (*dir_ / "tok").string(), "--out", (*dir_ / "data-bpe").string()});
+  ASSERT_EQ(prepared.exit_code, 0) << prepared.output;
+  const auto other = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "other").string(), "--set",
+                              "data.path=\"" + (*dir_ / "data-bpe").string() + "\""});
+  EXPECT_EQ(other.exit_code, 2) << other.output;
+  EXPECT_NE(other.output.find("was trained with another tokenizer (byte, 260 ids)"), std::string::npos)
+      << other.output;
+}
+
+// --resume reads the architecture from the initial checkpoint again and the weights from the run's own.
+TEST_F(InitCheckpoint, ARunStartedFromACheckpointResumes) {
+  const auto run = (*dir_ / "resumed").string();
+  ASSERT_EQ(run_cli({"train", tuned_config().string(), "--run-dir", run}).exit_code, 0);
+  const auto resumed = run_cli({"train", tuned_config().string(), "--run-dir", run, "--resume", "--set",
+                                "train.steps=4"});
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from step 2"), std::string::npos) << resumed.output;
+  EXPECT_EQ(resumed.output.find("starting from"), std::string::npos) << resumed.output;
+  EXPECT_EQ(load_checkpoint(fs::path(run)).step, 4);
+}
+
+}  // namespace
+}  // namespace inkstone

@@ -1,0 +1,116 @@
+#include "tools/init_checkpoint.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <map>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "checkpoint/module_weights.h"
+#include "config/config_schema.h"
+#include "core/errors.h"
+#include "objectives/objective.h"
+
+namespace inkstone::cli {
+namespace {
+
+const char* mask_name(MaskMode mask) { return mask == MaskMode::causal ? "causal" : "bidirectional"; }
+
+// What the change of a key that may differ means for the weights, for the run header.
+std::string change_note(const std::string& key) {
+  if (key == "time_conditioning") return "new adaLN-Zero time-conditioning weights, initialised as configured";
+  if (key == "tie_embeddings") return "an output head of its own, starting as a copy of the tied embedding";
+  return "no weight changes";
+}
+
+}  // namespace
+
+bool may_differ_from_initial_checkpoint(const std::string& model_key) {
+  static const std::set<std::string> keys = {
+      "max_seq_len",          "rope_theta",          "rope_scaling",        "rope_scaling_factor",
+      "rope_low_freq_factor", "rope_high_freq_factor", "rope_original_max_len", "init",
+      "init_std",             "init_gamma",          "init_gamma_embedding", "init_gamma_attention",
+      "init_gamma_mlp",       "moe_aux_loss_coef",   "moe_z_loss_coef",     "moe_bias_update_rate",
+      "time_conditioning",    "cond_dim",            "tie_embeddings"};
+  return keys.count(model_key) > 0;
+}
+
+InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::string>& given,
+                                           const Tokenizer& data_tokenizer) {
+  const std::string& path = config.train.init_checkpoint;
+  if (!std::filesystem::exists(path))
+    throw InputError(fmt::format("train.init_checkpoint = '{}' does not exist (a run, checkpoint or `import hf` "
+                                 "folder)",
+                                 path));
+  InitialCheckpoint initial;
+  initial.checkpoint = load_checkpoint(path);
+  initial.config = config_from_string(initial.checkpoint.config_toml, path + "/config.toml");
+  const auto tokenizer = tokenizer_from_json(initial.checkpoint.tokenizer, path + "/tokenizer.json");
+  if (tokenizer->fingerprint() != data_tokenizer.fingerprint())
+    throw InputError(fmt::format("train.init_checkpoint '{}' was trained with another tokenizer ({}, {} ids) than "
+                                 "data.path '{}' is prepared with ({}, {} ids): prepare the data with the "
+                                 "checkpoint's tokenizer (inkstone data prepare --tokenizer {})",
+                                 path, tokenizer->kind(), tokenizer->vocab_size(), config.data.path,
+                                 data_tokenizer.kind(), data_tokenizer.vocab_size(), path));
+
+  for (const FieldSpec& field : config_schema()) {
+    if (field.section != "model") continue;
+    const std::string wanted = field_to_toml(config, field), trained = field_to_toml(initial.config, field);
+    if (wanted == trained) continue;
+    if (!given.count(field.name())) {
+      apply_override(config, field.name() + "=" + trained);
+    } else if (may_differ_from_initial_checkpoint(field.key)) {
+      initial.notes.push_back(
+          fmt::format("{} = {} (the checkpoint's: {}): {}", field.name(), wanted, trained, change_note(field.key)));
+    } else {
+      throw InputError(fmt::format("{} = {} here but {} in train.init_checkpoint '{}': a run started from a checkpoint "
+                                   "keeps its architecture (remove the key to adopt it)",
+                                   field.name(), wanted, trained, path));
+    }
+  }
+  config = config_from_string(config_to_toml(config), path + " adopted into the run's config");
+
+  const MaskMode trained_mask = make_objective(initial.config, *tokenizer)->needs().mask;
+  const MaskMode mask = make_objective(config, *tokenizer)->needs().mask;
+  if (trained_mask != mask)
+    initial.notes.push_back(fmt::format("attention: {} as trained ({}), {} here ({})", mask_name(trained_mask),
+                                        initial.config.objective.name, mask_name(mask), config.objective.name));
+  return initial;
+}
+
+std::vector<std::string> load_initial_weights(LanguageModelImpl& model, const InitialCheckpoint& initial) {
+  const std::string path = initial.checkpoint.folder.string();
+  std::map<std::string, torch::Tensor> unused(initial.checkpoint.model.begin(), initial.checkpoint.model.end());
+  NamedTensors present;
+  std::vector<std::string> fresh;
+  for (const auto& item : model.named_parameters()) {
+    auto it = unused.find(item.key());
+    if (it == unused.end()) {
+      fresh.push_back(item.key());
+      continue;
+    }
+    present.emplace_back(it->first, it->second);
+    unused.erase(it);
+  }
+  if (!unused.empty())
+    throw InputError(fmt::format("train.init_checkpoint '{}': weight '{}' has no place in this model", path,
+                                 unused.begin()->first));
+  // Untied from the embedding, the head starts as that embedding, so the logits stay the checkpoint's.
+  const auto head = std::find(fresh.begin(), fresh.end(), "head.weight");
+  const auto embedding =
+      std::find_if(present.begin(), present.end(), [](const auto& w) { return w.first == "embed.weight"; });
+  if (head != fresh.end() && embedding != present.end()) {
+    present.emplace_back("head.weight", embedding->second);
+    fresh.erase(head);
+  }
+  load_module_weights(model, present, path, /*keep_missing=*/true);
+  std::vector<std::string> notes;
+  if (!fresh.empty())
+    notes.push_back(fmt::format("{} new weight tensor(s) initialised as configured: {}{}", fresh.size(),
+                                fmt::join(fresh.begin(), fresh.begin() + std::min<size_t>(fresh.size(), 3), ", "),
+                                fresh.size() > 3 ? ", ..." : ""));
+  return notes;
+}
+
+}  // namespace inkstone::cli
