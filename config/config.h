@@ -53,6 +53,12 @@ enum class MoeRouter { softmax, sigmoid };  // model.moe_router
 INKSTONE_CHOICE(MoeRouter, "softmax", "sigmoid");
 enum class HiddenPositions { interleaved, per_token };  // model.hidden_positions
 INKSTONE_CHOICE(HiddenPositions, "interleaved", "per_token");
+enum class NoiseScheduleKind { log_linear, cosine, log_snr };  // diffusion.schedule (objectives/noise_schedule.h)
+INKSTONE_CHOICE(NoiseScheduleKind, "log_linear", "cosine", "log_snr");
+enum class ChatFormat { raw, chatml, llama3 };  // chat.format (dataset/prompt_format.h)
+INKSTONE_CHOICE(ChatFormat, "raw", "chatml", "llama3");
+enum class PromptStart { eos, bos, none };  // chat.prompt_start
+INKSTONE_CHOICE(PromptStart, "eos", "bos", "none");
 enum class TimeSampling { stratified, iid };  // diffusion.time_sampling
 INKSTONE_CHOICE(TimeSampling, "stratified", "iid");
 enum class LossWeighting { elbo, snr };  // diffusion.weighting
@@ -165,7 +171,7 @@ struct ObjectiveConfig {
 
 // Discrete diffusion (the denoising objectives); formulas in objectives/*_noise.h and diffusion_objective.h.
 struct DiffusionConfig {
-  std::string schedule;        // log_linear | cosine | log_snr
+  NoiseScheduleKind schedule;  // log_linear | cosine | log_snr
   double schedule_eps;         // log_linear, cosine: alpha_1 = eps
   double log_snr_min;          // log_snr: lambda(1)
   double log_snr_max;          // log_snr: lambda(0)
@@ -322,9 +328,9 @@ struct MetricsConfig {
 
 // How prompts are rendered for `sample` and RL (dataset/prompt_format.h): a chat model expects its own turn markers.
 struct ChatConfig {
-  std::string format;                    // raw | chatml | llama3
+  ChatFormat format;                     // raw | chatml | llama3
   std::string system;                    // system message of the chat formats; empty: none
-  std::string prompt_start;              // eos | bos | none: the token a prompt starts from
+  PromptStart prompt_start;              // eos | bos | none: the token a prompt starts from
   std::vector<std::string> stop_tokens;  // texts of tokens that end a completion besides eos (<|im_end|>)
 };
 

@@ -211,8 +211,8 @@ std::vector<FieldSpec> build_schema() {
                      "the CPU (measured fastest there).")
           .range(0, 1 << 20),
 
-      INKSTONE_FIELD(diffusion, schedule, "log_linear", "Noise schedule alpha_t shared by noising, loss and sampler.")
-          .one_of({"log_linear", "cosine", "log_snr"}),
+      INKSTONE_CHOICE_FIELD(diffusion, schedule, NoiseScheduleKind::log_linear,
+                            "Noise schedule alpha_t shared by noising, loss and sampler."),
       INKSTONE_FIELD(diffusion, schedule_eps, 1e-3, "log_linear, cosine: alpha at t = 1.").range(1e-9, 0.5),
       INKSTONE_FIELD(diffusion, log_snr_min, -9.0, "log_snr: log-SNR at t = 1 (alpha = sigmoid(lambda)).")
           .range(-50, 50),
@@ -378,15 +378,13 @@ std::vector<FieldSpec> build_schema() {
                      "A text the objective scores at every evaluation, logged as watch_loss_nats (twin runs: the "
                      "injected text's loss in both arms); empty: none."),
 
-      INKSTONE_FIELD(chat, format, "raw",
-                     "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... <|im_start|>assistant, "
-                     "Qwen) or llama3 (<|start_header_id|>user<|end_header_id|> ...).")
-          .one_of({"raw", "chatml", "llama3"}),
+      INKSTONE_CHOICE_FIELD(chat, format, ChatFormat::raw,
+                            "Prompt rendering for sample and RL: raw text, chatml (<|im_start|>user ... "
+                            "<|im_start|>assistant, Qwen) or llama3 (<|start_header_id|>user<|end_header_id|> ...)."),
       INKSTONE_FIELD(chat, system, "", "System message of the chat formats; empty: none."),
-      INKSTONE_FIELD(chat, prompt_start, "eos",
-                     "The token before a prompt: eos (models pretrained here on eos-separated documents), bos "
-                     "(Llama), or none (Qwen).")
-          .one_of({"eos", "bos", "none"}),
+      INKSTONE_CHOICE_FIELD(chat, prompt_start, PromptStart::eos,
+                            "The token before a prompt: eos (models pretrained here on eos-separated documents), bos "
+                            "(Llama), or none (Qwen)."),
       INKSTONE_FIELD(chat, stop_tokens, Strings{},
                      "Texts of tokens that end a completion besides eos, e.g. [\"<|im_end|>\"]."),
 

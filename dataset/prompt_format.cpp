@@ -17,10 +17,12 @@ std::string llama3_header(std::string_view role) {
   return fmt::format("<|start_header_id|>{}<|end_header_id|>\n\n", role);
 }
 
-int32_t start_token(const std::string& start, const Tokenizer& tokenizer) {
-  if (start == "none") return -1;
-  const int32_t id = start == "bos" ? tokenizer.specials().bos : tokenizer.specials().eos;
-  if (id < 0) throw InputError(fmt::format("chat.prompt_start = \"{}\" but the tokenizer has no {} token", start, start));
+int32_t start_token(PromptStart start, const Tokenizer& tokenizer) {
+  if (start == PromptStart::none) return -1;
+  const int32_t id = start == PromptStart::bos ? tokenizer.specials().bos : tokenizer.specials().eos;
+  if (id < 0)
+    throw InputError(fmt::format("chat.prompt_start = \"{}\" but the tokenizer has no {} token", choice_name(start),
+                                 choice_name(start)));
   return id;
 }
 
@@ -38,11 +40,11 @@ PromptFormat::PromptFormat(const ChatConfig& chat, const Tokenizer& tokenizer)
 }
 
 std::string PromptFormat::render(std::string_view user_message) const {
-  if (chat_.format == "chatml") {
+  if (chat_.format == ChatFormat::chatml) {
     const std::string system = chat_.system.empty() ? std::string() : chatml_turn("system", chat_.system);
     return system + chatml_turn("user", user_message) + "<|im_start|>assistant\n";
   }
-  if (chat_.format == "llama3") {
+  if (chat_.format == ChatFormat::llama3) {
     const std::string system =
         chat_.system.empty() ? std::string() : llama3_header("system") + chat_.system + "<|eot_id|>";
     return system + llama3_header("user") + std::string(user_message) + "<|eot_id|>" + llama3_header("assistant");

@@ -70,10 +70,10 @@ bool post_processor_adds(const json& tokenizer, const std::string& text) {
   return !processor.is_null() && processor.dump().find("\"" + text + "\"") != std::string::npos;
 }
 
-std::string detect_format(const std::string& chat_template) {
-  if (chat_template.find("<|im_start|>") != std::string::npos) return "chatml";
-  if (chat_template.find("<|start_header_id|>") != std::string::npos) return "llama3";
-  return "raw";
+ChatFormat detect_format(const std::string& chat_template) {
+  if (chat_template.find("<|im_start|>") != std::string::npos) return ChatFormat::chatml;
+  if (chat_template.find("<|start_header_id|>") != std::string::npos) return ChatFormat::llama3;
+  return ChatFormat::raw;
 }
 
 std::string role_text(const Tokenizer& tokenizer, int32_t id) { return id >= 0 ? tokenizer.token_bytes(id) : ""; }
@@ -109,17 +109,18 @@ ImportedTokenizer import_hf_tokenizer(const fs::path& folder) {
       out.chat.stop_tokens.push_back(text);
   const bool add_bos = config.is_object() && config.value("add_bos_token", false);
   out.chat.prompt_start =
-      !bos.is_null() && (add_bos || post_processor_adds(out.document, bos.get<std::string>())) ? "bos" : "none";
+      !bos.is_null() && (add_bos || post_processor_adds(out.document, bos.get<std::string>())) ? PromptStart::bos
+                                                                                               : PromptStart::none;
   out.chat.system = "";
   const json chat_template = config.is_object() ? config.value("chat_template", json()) : json();
   if (chat_template.is_string()) {
     out.document["inkstone_chat_template"] = chat_template;
     out.chat.format = detect_format(chat_template.get<std::string>());
-    out.template_note = out.chat.format == "raw"
+    out.template_note = out.chat.format == ChatFormat::raw
                             ? "chat template not one of the built-in formats (chatml, llama3): chat.format = raw"
-                            : fmt::format("chat template recognised as {}", out.chat.format);
+                            : fmt::format("chat template recognised as {}", choice_name(out.chat.format));
   } else {
-    out.chat.format = "raw";
+    out.chat.format = ChatFormat::raw;
     out.template_note = "no chat template: chat.format = raw";
   }
   return out;
@@ -131,8 +132,8 @@ ExportedTokenizer export_hf_tokenizer(const Tokenizer& tokenizer, const ChatConf
   json chat_template = out.tokenizer.value("inkstone_chat_template", json());
   out.tokenizer.erase("inkstone_special_roles");
   out.tokenizer.erase("inkstone_chat_template");
-  if (chat_template.is_null() && chat.format == "chatml") chat_template = kChatmlTemplate;
-  if (chat_template.is_null() && chat.format == "llama3") chat_template = kLlama3Template;
+  if (chat_template.is_null() && chat.format == ChatFormat::chatml) chat_template = kChatmlTemplate;
+  if (chat_template.is_null() && chat.format == ChatFormat::llama3) chat_template = kLlama3Template;
 
   const SpecialTokens& s = tokenizer.specials();
   const auto text_or_null = [&](int32_t id) { return id >= 0 ? json(role_text(tokenizer, id)) : json(); };
@@ -140,7 +141,7 @@ ExportedTokenizer export_hf_tokenizer(const Tokenizer& tokenizer, const ChatConf
                           {"bos_token", text_or_null(s.bos)},
                           {"eos_token", text_or_null(s.eos)},
                           {"pad_token", text_or_null(s.pad)},
-                          {"add_bos_token", chat.prompt_start == "bos"},
+                          {"add_bos_token", chat.prompt_start == PromptStart::bos},
                           {"add_eos_token", false},
                           {"clean_up_tokenization_spaces", false},
                           {"model_max_length", max_length}};

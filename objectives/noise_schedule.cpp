@@ -56,10 +56,12 @@ torch::Tensor NoiseSchedule::log_snr_rate(const torch::Tensor& t) const {
 }
 
 std::unique_ptr<NoiseSchedule> make_noise_schedule(const DiffusionConfig& config) {
-  if (config.schedule == "log_linear") return std::make_unique<LogLinearSchedule>(config.schedule_eps);
-  if (config.schedule == "cosine") return std::make_unique<CosineSchedule>(config.schedule_eps);
-  if (config.schedule == "log_snr") return std::make_unique<LogSnrSchedule>(config.log_snr_min, config.log_snr_max);
-  throw InputError(fmt::format("unknown diffusion.schedule '{}'", config.schedule));
+  switch (config.schedule) {
+    case NoiseScheduleKind::log_linear: return std::make_unique<LogLinearSchedule>(config.schedule_eps);
+    case NoiseScheduleKind::cosine: return std::make_unique<CosineSchedule>(config.schedule_eps);
+    case NoiseScheduleKind::log_snr: return std::make_unique<LogSnrSchedule>(config.log_snr_min, config.log_snr_max);
+  }
+  throw std::logic_error("a diffusion.schedule without a schedule");
 }
 
 }  // namespace inkstone

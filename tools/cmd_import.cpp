@@ -112,7 +112,7 @@ int import_hf(const ImportOptions& o) {
              static_cast<double>(files.total_bytes()) / 1e9, parameters, config.model.n_layers,
              config.model.d_model, config.model.vocab_size);
   fmt::print("tokenizer: {} ids, eos {}, {}; prompts start with {}, end ids {}\n", tokenizer->vocab_size(),
-             tokenizer->specials().eos, imported.template_note, config.chat.prompt_start,
+             tokenizer->specials().eos, imported.template_note, choice_name(config.chat.prompt_start),
              fmt::join(format.end_ids(), " "));
   fmt::print("wrote {} (fp32) in {:.1f} s, peak resident memory {:.2f} GiB\n", written.string(), seconds,
              peak_resident_mib() / 1024.0);

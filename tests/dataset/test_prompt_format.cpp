@@ -23,8 +23,8 @@ std::unique_ptr<Tokenizer> chat_tokenizer() {
 
 ChatConfig chat(const std::string& format, const std::string& start, std::vector<std::string> stops = {}) {
   ChatConfig c = default_config().chat;
-  c.format = format;
-  c.prompt_start = start;
+  c.format = *choice_named<ChatFormat>(format);
+  c.prompt_start = *choice_named<PromptStart>(start);
   c.stop_tokens = std::move(stops);
   return c;
 }

@@ -85,8 +85,8 @@ TEST(HfImport, CarriesTokenizerRolesAndTheChatFormat) {
   EXPECT_EQ(tokenizer.specials().bos, -1);
   EXPECT_EQ(tokenizer.specials().mask, -1);  // nothing appended: the tokenizer keeps its 403 ids
   EXPECT_EQ(tokenizer.vocab_size(), 403);
-  EXPECT_EQ(trained.config.chat.format, "chatml");
-  EXPECT_EQ(trained.config.chat.prompt_start, "none");
+  EXPECT_STREQ(choice_name(trained.config.chat.format), "chatml");
+  EXPECT_STREQ(choice_name(trained.config.chat.prompt_start), "none");
   EXPECT_EQ(trained.config.chat.stop_tokens, std::vector<std::string>{"<|endoftext|>"});
   EXPECT_EQ(trained.config.model.vocab_size, 512);
   fs::remove_all(dir);

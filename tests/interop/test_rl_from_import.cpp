@@ -62,7 +62,7 @@ TEST(RlFromImport, GflowrlTrainsAnImportedPolicyAndTheExportLoadsInTransformers)
             1e-5);
   // The RL run prompts in the imported chat format and stops at its end-of-turn token.
   const auto policy = cli::load_trained_model((dir / "rl").string(), "cpu");
-  EXPECT_EQ(policy.config.chat.format, "chatml");
+  EXPECT_STREQ(choice_name(policy.config.chat.format), "chatml");
 
   const auto exported = run_cli({"export", "hf", (dir / "rl").string(), "--out", (dir / "export").string()});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;

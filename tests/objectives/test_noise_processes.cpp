@@ -24,7 +24,7 @@ constexpr int64_t kVocab = 7, kOutside = 5, kMask = 6, kSupport = 5;
 
 DiffusionConfig oracle_config(double eps) {
   DiffusionConfig config = default_config().diffusion;
-  config.schedule = "log_linear";
+  config.schedule = NoiseScheduleKind::log_linear;
   config.schedule_eps = eps;
   config.mixture_uniform = 0.3;
   return config;

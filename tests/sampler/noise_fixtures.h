@@ -18,7 +18,7 @@ enum class ToyNoise { uniform, masked, mixture };
 // Mixture noise with p_u = 0.3, so that the uniform share is not small.
 inline std::shared_ptr<const NoiseProcess> toy_noise(ToyNoise kind) {
   DiffusionConfig config = default_config().diffusion;
-  config.schedule = "log_linear";
+  config.schedule = NoiseScheduleKind::log_linear;
   config.schedule_eps = 1e-3;
   config.mixture_uniform = 0.3;
   switch (kind) {

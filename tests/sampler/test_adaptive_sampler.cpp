@@ -16,7 +16,7 @@ constexpr int64_t kEnd = 5;  // outside the support {0..4} of a 7-id vocabulary,
 
 DiffusionProcess toy_uniform_process() {
   DiffusionConfig config;
-  config.schedule = "log_linear";
+  config.schedule = NoiseScheduleKind::log_linear;
   config.schedule_eps = 1e-3;
   DiffusionProcess p;
   p.noise = std::make_shared<UniformNoise>(config);
