@@ -90,88 +90,112 @@ RolloutSource::RolloutSource(TrainingSession& session)
   rewards_ = weighted_rewards(rl_);
 }
 
-// One rollout batch: generate, score, annotate with the trainer's log-probs, update, and describe it. A rank
-// draws its own share of the step's prompts (draw_prompts numbers them rank·count + i, so the ranks together
+// The prompts of one step on this rank and their rollouts.
+struct RolloutSource::Generated {
+  std::vector<Prompt> prompts;
+  Rollouts rollouts;
+};
+
+// A rank draws its own share of the step's prompts (draw_prompts numbers them rank·count + i, so the ranks together
 // hold the prompts one process draws) and samples them with its own seed.
-StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
-  const int64_t group = rl_.group_size;
-  const int64_t rank = rank_;
-  const auto prompts = draw_prompts(*train_problems_, seed_, step, rank, rank_prompts());
+RolloutSource::Generated RolloutSource::generate(TrainingSession& session, int64_t step) const {
+  Generated out;
+  out.prompts = draw_prompts(*train_problems_, seed_, step, rank_, rank_prompts());
   std::vector<std::vector<int32_t>> ids;
   const PromptFormat format(chat_, session.tokenizer());
-  for (const auto& p : prompts) ids.push_back(format.encode(p.text));
+  for (const auto& p : out.prompts) ids.push_back(format.encode(p.text));
   RolloutOptions options;
   options.end_ids = format.end_ids();
-  options.group_size = group;
+  options.group_size = rl_.group_size;
   options.max_new_tokens = rl_.max_new_tokens;
   options.sampling.temperature = rl_.temperature;
   options.sampling.top_p = rl_.top_p;
   const auto step_key = static_cast<uint64_t>(step);
-  const uint64_t rollout_hash = rank == 0 ? counter_hash({seed_, step_key})
-                                          : counter_hash({seed_, step_key, static_cast<uint64_t>(rank)});
+  const uint64_t rollout_hash = rank_ == 0 ? counter_hash({seed_, step_key})
+                                           : counter_hash({seed_, step_key, static_cast<uint64_t>(rank_)});
   options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
-  // Under ZeRO-3 generation holds the whole policy: the ranks decode different numbers of steps, so they cannot
-  // gather weights branch by branch in step.
-  std::optional<ResidentUnits> whole_policy;
-  whole_policy.emplace(session.model()->whole_parameters());
-  Rollouts rollouts = generate_rollouts(session.model(), session.tokenizer(), ids, options,
-                                        step * rl_.prompts_per_step + rank * rank_prompts());
+  out.rollouts = generate_rollouts(session.model(), session.tokenizer(), ids, options,
+                                   step * rl_.prompts_per_step + rank_ * rank_prompts());
+  return out;
+}
 
-  const int64_t rows = static_cast<int64_t>(rollouts.completions.size());
-  std::vector<double> rewards;
-  double correct = 0, unparsed = 0;
-  for (int64_t i = 0; i < rows; ++i) {
-    const CombinedReward reward = combine_rewards(rewards_, prompts[i / group], rollouts.completions[i]);
-    rewards.push_back(reward.total);
-    correct += reward.correct;
-    unparsed += !reward.parts.front().parsed;
+// Each completion's combined reward, and how many were correct and how many could not be parsed.
+RolloutSource::Scored RolloutSource::score(const Generated& generated) const {
+  Scored out;
+  const auto& completions = generated.rollouts.completions;
+  for (size_t i = 0; i < completions.size(); ++i) {
+    const CombinedReward reward =
+        combine_rewards(rewards_, generated.prompts[i / static_cast<size_t>(rl_.group_size)], completions[i]);
+    out.rewards.push_back(reward.total);
+    out.correct += reward.correct;
+    out.unparsed += !reward.parts.front().parsed;
   }
-  Batch& batch = rollouts.batch;
-  batch.rollout.rewards = torch::tensor(rewards, torch::kDouble).to(session.device(), torch::kFloat);
+  return out;
+}
 
+// π_old's log-probs of the rollouts (and the reference's), with the entropy, the drift from the sampler's own
+// log-probs (docs/rl.md, "Rollout drift") and the KL to the reference as metrics.
+nlohmann::json RolloutSource::annotate_log_probs(TrainingSession& session, Batch& batch) {
+  torch::NoGradGuard no_grad;
   nlohmann::json line;
-  {
-    torch::NoGradGuard no_grad;
-    const auto old = policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_, /*with_entropy=*/true);
-    batch.rollout.old_log_probs = old.log_probs;
-    const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
-    line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
-    // docs/rl.md, "Rollout drift": the sampler's and the trainer's log-probs of the same tokens at the same weights.
-    const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
-    line["rollout_drift_ratio_min"] = drift.min().item<double>();
-    line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
-    line["rollout_drift_ratio_max"] = drift.max().item<double>();
-    if (reference_) {
-      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
-      const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
-      line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
-    }
+  const auto old = policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_, /*with_entropy=*/true);
+  batch.rollout.old_log_probs = old.log_probs;
+  const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
+  line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
+  const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
+  line["rollout_drift_ratio_min"] = drift.min().item<double>();
+  line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
+  line["rollout_drift_ratio_max"] = drift.max().item<double>();
+  if (reference_) {
+    batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
+    const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
+    line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
   }
-  whole_policy.reset();
-  for (const auto& [name, value] : session.objective().rollout_metrics(batch)) line[name] = value;
+  return line;
+}
 
+// The rewards' and completions' statistics of this rank, before they are reduced over the ranks.
+void RolloutSource::add_rollout_statistics(nlohmann::json& line, const Scored& scored, const Rollouts& rollouts) const {
+  const auto& rewards = scored.rewards;
+  const auto rows = static_cast<double>(rewards.size());
   int64_t degenerate = 0;
   for (int64_t g = 0; g < rank_prompts(); ++g) {
-    const auto first = rewards.begin() + g * group;
-    const auto [low, high] = std::minmax_element(first, first + group);
+    const auto first = rewards.begin() + g * rl_.group_size;
+    const auto [low, high] = std::minmax_element(first, first + rl_.group_size);
     degenerate += *low == *high;
   }
   double square_sum = 0;
   for (double r : rewards) square_sum += r * r;
   std::vector<double> lengths(rollouts.lengths.begin(), rollouts.lengths.end());
   line["reward_mean"] = mean_of(rewards);
-  line["reward_square_mean"] = square_sum / static_cast<double>(rows);
-  line["accuracy"] = correct / static_cast<double>(rows);
-  line["unparsed_fraction"] = unparsed / static_cast<double>(rows);
+  line["reward_square_mean"] = square_sum / rows;
+  line["accuracy"] = scored.correct / rows;
+  line["unparsed_fraction"] = scored.unparsed / rows;
   line["degenerate_groups"] = static_cast<double>(degenerate) / static_cast<double>(rank_prompts());
   line["response_length_mean"] = mean_of(lengths);
   line["response_length_max"] = *std::max_element(lengths.begin(), lengths.end());
   line["truncated_fraction"] =
-      static_cast<double>(std::count(rollouts.truncated.begin(), rollouts.truncated.end(), true)) /
-      static_cast<double>(rows);
+      static_cast<double>(std::count(rollouts.truncated.begin(), rollouts.truncated.end(), true)) / rows;
   line["rollout_tokens_per_s"] = rollouts.tokens_per_s;
+}
+
+// One rollout batch: generate, score, annotate with the trainer's log-probs, update, and describe it.
+StepReport RolloutSource::step(TrainingSession& session, int64_t step) {
+  // Under ZeRO-3 generation and the log-probs hold the whole policy: the ranks decode different numbers of steps,
+  // so they cannot gather weights branch by branch in step.
+  std::optional<ResidentUnits> whole_policy;
+  whole_policy.emplace(session.model()->whole_parameters());
+  Generated generated = generate(session, step);
+  const Scored scored = score(generated);
+  Batch& batch = generated.rollouts.batch;
+  batch.rollout.rewards = torch::tensor(scored.rewards, torch::kDouble).to(session.device(), torch::kFloat);
+  nlohmann::json line = annotate_log_probs(session, batch);
+  whole_policy.reset();
+  for (const auto& [name, value] : session.objective().rollout_metrics(batch)) line[name] = value;
+
+  add_rollout_statistics(line, scored, generated.rollouts);
   reduce_line_over_ranks(line, session.distributed(), fmt::format("rl_rollouts_{}", step), session.device());
   const double mean_reward = line["reward_mean"].get<double>();
   line["reward_std"] = std::sqrt(std::max(line["reward_square_mean"].get<double>() - mean_reward * mean_reward, 0.0));

@@ -17,6 +17,8 @@
 
 namespace inkstone {
 
+struct Rollouts;  // sampler/rollout.h
+
 class RolloutSource : public StepSource {
  public:
   // The session's model is the initial policy (rl.init_checkpoint); with rl.reference = initial a frozen copy of
@@ -36,6 +38,16 @@ class RolloutSource : public StepSource {
 
  private:
   struct Updates;
+  struct Generated;
+  struct Scored {
+    std::vector<double> rewards;  // per completion
+    double correct = 0, unparsed = 0;
+  };
+  // The stages of a step.
+  Generated generate(TrainingSession& session, int64_t step) const;
+  Scored score(const Generated& generated) const;
+  nlohmann::json annotate_log_probs(TrainingSession& session, Batch& batch);
+  void add_rollout_statistics(nlohmann::json& line, const Scored& scored, const Rollouts& rollouts) const;
   Updates update(TrainingSession& session, const Batch& rollouts, int64_t step);
   int64_t rank_prompts() const { return rl_.prompts_per_step / world_size_; }
 
