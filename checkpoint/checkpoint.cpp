@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <vector>
@@ -23,10 +24,9 @@ namespace inkstone {
 namespace fs = std::filesystem;
 namespace {
 
-// A diverged update must never become the checkpoint a run resumes from or samples (docs/reliability.md): one
-// reduction per floating tensor and one host transfer per device the tensors live on (a GPU run's optimizer state
-// mixes CUDA moments with CPU step counters).
-void require_finite(const NamedTensors& tensors, const char* part, int64_t step) {
+// The name of a floating tensor that holds NaN or inf, if any: one reduction per tensor and one host transfer per
+// device the tensors live on (a GPU run's optimizer state mixes CUDA moments with CPU step counters).
+std::optional<std::string> non_finite_tensor(const NamedTensors& tensors) {
   std::map<std::string, std::pair<std::vector<size_t>, std::vector<torch::Tensor>>> by_device;
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& tensor = tensors[i].second;
@@ -38,13 +38,28 @@ void require_finite(const NamedTensors& tensors, const char* part, int64_t step)
   for (const auto& [device, group] : by_device) {
     const auto host = torch::stack(group.second).cpu();
     for (size_t k = 0; k < group.first.size(); ++k)
-      if (!host[static_cast<int64_t>(k)].item<bool>())
-        throw NonFiniteError(fmt::format(
-            "refusing to write the checkpoint of step {}: {} tensor '{}' holds NaN or inf (the update diverged: "
-            "check optim.learning_rate, optim.eps, optim.beta1/beta2 and optim.weight_decay); the last checkpoint "
-            "is intact",
-            step, part, tensors[group.first[k]].first));
+      if (!host[static_cast<int64_t>(k)].item<bool>()) return tensors[group.first[k]].first;
   }
+  return std::nullopt;
+}
+
+// A diverged update must never become the checkpoint a run resumes from or samples (docs/reliability.md).
+void require_finite(const NamedTensors& tensors, const char* part, int64_t step) {
+  if (const auto name = non_finite_tensor(tensors))
+    throw NonFiniteError(fmt::format(
+        "refusing to write the checkpoint of step {}: {} tensor '{}' holds NaN or inf (the update diverged: "
+        "check optim.learning_rate, optim.eps, optim.beta1/beta2 and optim.weight_decay); the last checkpoint "
+        "is intact",
+        step, part, *name));
+}
+
+// Training never writes NaN or inf, so a checkpoint that holds one was made or edited elsewhere (a hand-made
+// file, an import of a broken model): every reader refuses it by tensor, as the writer would have.
+void refuse_non_finite(const NamedTensors& tensors, const fs::path& file) {
+  if (const auto name = non_finite_tensor(tensors))
+    throw InputError(fmt::format("{}: tensor '{}' holds NaN or inf, which no training run writes (the file was made "
+                                 "or edited elsewhere)",
+                                 file.string(), *name));
 }
 
 constexpr const char* kModelFile = "model.safetensors";
@@ -271,8 +286,11 @@ CheckpointData load_folder(const fs::path& folder) {
   data.folder = folder;
   data.optimizer_shards = shards;
   data.model = read_safetensors(folder / kModelFile).tensors;
+  refuse_non_finite(data.model, folder / kModelFile);
   if (shards == 0) data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
+  refuse_non_finite(data.optimizer, folder / kOptimizerFile);
   if (has_objective) data.objective = read_safetensors(folder / kObjectiveFile).tensors;
+  refuse_non_finite(data.objective, folder / kObjectiveFile);
   data.config_toml = read_text(folder / kConfigFile);
   data.tokenizer = parse_json_file(folder / kTokenizerFile);
   return data;

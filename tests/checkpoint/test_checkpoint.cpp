@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <fstream>
 
@@ -276,6 +277,22 @@ void expect_bitwise_resume(bool amsgrad) {
 // A ZeRO checkpoint: the ranks stage their optimizer shards, save_checkpoint moves them in and records their
 // hashes; loading verifies them, reading is per shard, consolidation joins them. A shard that was not staged
 // leaves no checkpoint; a shard count state.json cannot back is a clear error.
+// NaN or inf is never written by training (FiniteCheckpoints.ANonFiniteTensorIsNeverWritten); a checkpoint that
+// holds one anyway (here: a streamed tensor, as an import writes them, which the writer does not inspect) is
+// refused by every reader at load, naming the file and the tensor.
+TEST(Checkpoint, ANonFiniteTensorIsRefusedAtLoadByName) {
+  const fs::path run = testing::temp_dir("ckpt_non_finite");
+  CheckpointData data = sample_checkpoint(5);
+  data.model.clear();
+  data.model_planned = {{"embed.weight", torch::kFloat, {3}, [] { return torch::tensor({1.0f, NAN, 2.0f}); }}};
+  const fs::path folder = save_checkpoint(run, data, 0);
+  const std::string message = load_error(folder);
+  EXPECT_NE(message.find((folder / "model.safetensors").string() + ": tensor 'embed.weight' holds NaN or inf"),
+            std::string::npos)
+      << message;
+  fs::remove_all(run);
+}
+
 TEST(Checkpoint, OptimizerShardsAreCollectedVerifiedAndConsolidated) {
   const fs::path run = testing::temp_dir("ckpt_shards");
   CheckpointData data = sample_checkpoint(6);
