@@ -101,6 +101,12 @@ void import_adamw_state(torch::optim::AdamW& optimizer, const NamedTensors& para
       if (found->second.sizes() != p.sizes())
         throw InputError(fmt::format("{}: optimizer state '{}' has shape {}, the parameter has {}", origin,
                                      name + suffix, fmt::join(found->second.sizes(), "x"), fmt::join(p.sizes(), "x")));
+      // The moments are written in their parameter's dtype; another one (an edited file) would be converted into
+      // other moments than a clean resume has.
+      if (found->second.scalar_type() != p.scalar_type())
+        throw InputError(fmt::format("{}: optimizer state '{}' is {}, the parameter's moments are {}", origin,
+                                     name + suffix, c10::toString(found->second.scalar_type()),
+                                     c10::toString(p.scalar_type())));
       return found->second.to(p.device(), p.scalar_type(), /*non_blocking=*/false, /*copy=*/true);
     };
     auto s = std::make_unique<torch::optim::AdamWParamState>();

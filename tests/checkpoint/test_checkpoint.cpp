@@ -365,6 +365,24 @@ TEST(CheckpointOptimizer, StateForAnotherModelIsAnInputError) {
                InputError);
 }
 
+// A moment of another dtype than its parameter's (e.g. int32, from an edited file) is refused by name instead of
+// being converted into other moments than a clean resume has.
+TEST(CheckpointOptimizer, AMomentOfAnotherDtypeIsRefusedByName) {
+  auto model = tiny_model(6);
+  torch::optim::AdamW optimizer(model->parameters(), adamw_options(false));
+  const NamedTensors parameters = named_parameters(model);
+  const Batches data{torch::randn({1, 2, 4}), torch::randn({1, 2, 3})};
+  train(model, optimizer, data, 0, 1);
+  NamedTensors state = export_adamw_state(optimizer, parameters);
+  import_adamw_state(optimizer, parameters, state, "o");  // as written: accepted
+  for (auto& [key, tensor] : state)
+    if (key == "0.weight.exp_avg") tensor = tensor.to(torch::kInt);
+  const std::string message = testing::input_error_of([&] { import_adamw_state(optimizer, parameters, state, "o"); });
+  EXPECT_NE(message.find("o: optimizer state '0.weight.exp_avg' is Int, the parameter's moments are Float"),
+            std::string::npos)
+      << message;
+}
+
 TEST(CheckpointOptimizer, StateMissingAParameterIsRefusedAndNoUpdateYetIsKept) {
   auto model = tiny_model(5);
   torch::optim::AdamW optimizer(model->parameters(), adamw_options(false));
