@@ -18,6 +18,7 @@
 
 #include "config/config.h"
 #include "dataset/shards.h"
+#include "dataset/tokenizer.h"
 
 namespace inkstone {
 
@@ -46,6 +47,13 @@ struct WindowLoaderOptions {
   // the manifest's count, so a count that disagrees with the run's tokenizer would let out-of-range ids through.
   int64_t expected_vocab_size = 0;
   std::string expected_tokenizer_kind;
+
+  // The folder must have been made with `tokenizer`: its fingerprint, vocabulary size and kind.
+  void expect_tokenizer(const Tokenizer& tokenizer) {
+    expected_tokenizer_fingerprint = tokenizer.fingerprint();
+    expected_vocab_size = tokenizer.vocab_size();
+    expected_tokenizer_kind = tokenizer.kind();
+  }
 };
 
 class WindowLoader {

@@ -138,7 +138,7 @@ int eval(const EvalOptions& o) {
   loader_options.split = o.split;
   loader_options.window_len = config.data.seq_len + trained.objective->needs().window_extra;
   loader_options.mode = config.data.mode;
-  loader_options.expected_tokenizer_fingerprint = trained.tokenizer->fingerprint();
+  loader_options.expect_tokenizer(*trained.tokenizer);  // as train does: fingerprint, vocabulary size and kind
   WindowLoader loader(config.data.path, loader_options);
   const int64_t batch = o.batch_size > 0 ? o.batch_size : config.train.batch_size / config.train.grad_accum;
   WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device,

@@ -61,9 +61,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     o.window_len = config.data.seq_len + needs.window_extra;
     o.mode = config.data.mode;
     o.seed = static_cast<uint64_t>(data_order_seed(config));
-    o.expected_tokenizer_fingerprint = tokenizer.fingerprint();
-    o.expected_vocab_size = tokenizer.vocab_size();
-    o.expected_tokenizer_kind = tokenizer.kind();
+    o.expect_tokenizer(tokenizer);
     o.rank = rank;
     return o;
   };

@@ -177,6 +177,24 @@ TEST(ResumeChecks, AnUnpreparedDataFolderIsNamedWithTheCommandThatPreparesIt) {
   fs::remove_all(dir);
 }
 
+// eval --data checks a data folder's manifest against the checkpoint's tokenizer as train does: a manifest that
+// names another tokenizer kind (or vocabulary size) is refused by the key, not read with the wrong ids.
+TEST(ResumeChecks, EvalDataOfAnotherTokenizerKindIsRefusedAsTrainRefusesIt) {
+  const auto dir = testing::temp_dir("eval_kind");
+  const auto config = write_tiny_config(dir, 2);
+  const auto run = dir / "run";
+  ASSERT_EQ(run_cli({"train", config.string(), "--run-dir", run.string()}).exit_code, 0);
+  const auto manifest_path = dir / "data" / "manifest.json";
+  nlohmann::json manifest = nlohmann::json::parse(std::ifstream(manifest_path));
+  manifest["tokenizer"]["kind"] = "bpe";
+  std::ofstream(manifest_path) << manifest.dump();
+  const auto result = run_cli({"eval", "--run-dir", run.string(), "--data", (dir / "data").string()});
+  EXPECT_EQ(result.exit_code, 2) << result.output;
+  EXPECT_NE(result.output.find("tokenizer.kind = 'bpe' but this run's tokenizer is 'byte'"), std::string::npos)
+      << result.output;
+  fs::remove_all(dir);
+}
+
 // A prompt longer than the trained context is refused by name, or cut from the front on request.
 TEST(BoundedSampling, ALongPromptIsRefusedOrTruncatedOnRequest) {
   const auto dir = testing::temp_dir("bounded_sampling");
