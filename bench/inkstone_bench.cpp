@@ -159,7 +159,7 @@ double reference_loss(Objective& objective, LanguageModelImpl& model, const Batc
     share.emplace_back("support", diffusion->support().member_mask(torch::kCPU));
     share.emplace_back("check.t", t);
     share.emplace_back("check.z", z);
-    return (scores.weighted.sum() / scores.real.sum()).item<double>();
+    return (scores.weighted.sum() / scores.scored.sum()).item<double>();
   }
   const LossOutput out = objective.loss(model, batch);
   return (out.loss_sum / out.count).item<double>();

@@ -250,7 +250,7 @@ void verify_file(const fs::path& folder, const std::string& file, const nlohmann
     throw InputError(path.string() + ": corrupt (its xxh64 does not match the one state.json records)");
 }
 
-CheckpointData load_folder(const fs::path& folder) {
+CheckpointData load_folder(const fs::path& folder, CheckpointParts parts) {
   const fs::path state_path = folder / kStateFile;
   if (!fs::exists(state_path)) throw InputError(state_path.string() + ": missing from the checkpoint");
   nlohmann::json state = parse_json_file(state_path);
@@ -266,9 +266,12 @@ CheckpointData load_folder(const fs::path& folder) {
                                    state_path.string(), kShardsKey));
     shards = state[kShardsKey].get<int64_t>();
   }
-  for (const char* file : kDataFiles) verify_file(folder, file, state["files"]);
-  for (const auto& file : optimizer_files(shards)) verify_file(folder, file, state["files"]);
-  const bool has_objective = state["files"].contains(kObjectiveFile);
+  const bool weights = parts != CheckpointParts::description, everything = parts == CheckpointParts::everything;
+  for (const char* file : kDataFiles)
+    if (weights || file != kModelFile) verify_file(folder, file, state["files"]);
+  if (everything)
+    for (const auto& file : optimizer_files(shards)) verify_file(folder, file, state["files"]);
+  const bool has_objective = everything && state["files"].contains(kObjectiveFile);
   if (has_objective) verify_file(folder, kObjectiveFile, state["files"]);
 
   CheckpointData data;
@@ -285,9 +288,9 @@ CheckpointData load_folder(const fs::path& folder) {
   data.state = std::move(state);
   data.folder = folder;
   data.optimizer_shards = shards;
-  data.model = read_safetensors(folder / kModelFile).tensors;
+  if (weights) data.model = read_safetensors(folder / kModelFile).tensors;
   refuse_non_finite(data.model, folder / kModelFile);
-  if (shards == 0) data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
+  if (everything && shards == 0) data.optimizer = read_safetensors(folder / kOptimizerFile).tensors;
   refuse_non_finite(data.optimizer, folder / kOptimizerFile);
   if (has_objective) data.objective = read_safetensors(folder / kObjectiveFile).tensors;
   refuse_non_finite(data.objective, folder / kObjectiveFile);
@@ -344,13 +347,13 @@ std::optional<fs::path> latest_checkpoint(const fs::path& run_dir) {
   return std::nullopt;
 }
 
-CheckpointData load_checkpoint(const fs::path& dir_or_run_dir) {
+CheckpointData load_checkpoint(const fs::path& dir_or_run_dir, CheckpointParts parts) {
   if (!fs::is_directory(dir_or_run_dir)) throw InputError(dir_or_run_dir.string() + ": no such checkpoint folder");
   if (fs::exists(dir_or_run_dir / kStateFile) || !fs::is_directory(dir_or_run_dir / "checkpoints"))
-    return load_folder(dir_or_run_dir);
+    return load_folder(dir_or_run_dir, parts);
   const auto latest = latest_checkpoint(dir_or_run_dir);
   if (!latest) throw InputError((dir_or_run_dir / "checkpoints").string() + ": no complete checkpoint");
-  return load_folder(*latest);
+  return load_folder(*latest, parts);
 }
 
 std::string optimizer_shard_file(int64_t rank, int64_t shards) {

@@ -78,8 +78,14 @@ std::filesystem::path save_checkpoint(const std::filesystem::path& run_dir, cons
 // ignored, and those whose writing process has died are removed.
 std::optional<std::filesystem::path> latest_checkpoint(const std::filesystem::path& run_dir);
 
-// Loads a checkpoint folder, or the latest checkpoint of a run folder, validating every file; a missing,
-// truncated or corrupt piece is a one-line InputError naming the file.
-CheckpointData load_checkpoint(const std::filesystem::path& dir_or_run_dir);
+// What load_checkpoint reads: everything (--resume); the model (its weights, config and tokenizer: sample, eval,
+// an initial checkpoint's weights); or only the description (state.json, config.toml, tokenizer.json: adopting an
+// architecture, which needs no weights). Only the files read are verified.
+enum class CheckpointParts { everything, model, description };
+
+// Loads a checkpoint folder, or the latest checkpoint of a run folder (`folder` says which it read), validating
+// every file it reads; a missing, truncated or corrupt piece is a one-line InputError naming the file.
+CheckpointData load_checkpoint(const std::filesystem::path& dir_or_run_dir,
+                               CheckpointParts parts = CheckpointParts::everything);
 
 }  // namespace inkstone

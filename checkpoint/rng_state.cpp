@@ -11,6 +11,9 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
+#include "core/counter_hash.h"
 #include "core/errors.h"
 
 namespace inkstone {
@@ -113,6 +116,44 @@ void restore_rng_state(const nlohmann::json& state, const std::string& origin) {
   for (int64_t device = 0; device < devices; ++device)
     restore(cuda_generator(device), (*cuda)[device], "cuda:" + std::to_string(device), origin);
 #endif
+}
+
+nlohmann::json run_rng_record(const std::vector<std::string>& rank_states) {
+  const auto world_size = static_cast<int64_t>(rank_states.size());
+  nlohmann::json record = {{"world_size", world_size}, {"rng", nlohmann::json::parse(rank_states.at(0))}};
+  if (world_size > 1) {
+    record["rng_ranks"] = nlohmann::json::array();
+    for (const auto& text : rank_states) record["rng_ranks"].push_back(nlohmann::json::parse(text));
+  }
+  return record;
+}
+
+void restore_rank_rng(const nlohmann::json& state, int64_t rank, int64_t world_size, int64_t step) {
+  if (state.value("consolidated", false)) {
+    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
+    if (rank > 0) seed_rank_stream(static_cast<uint64_t>(step), rank);
+    return;
+  }
+  const auto saved = state.find("world_size");
+  if (saved != state.end() && !saved->is_number_integer())
+    throw InputError(fmt::format("checkpoint step {}: state.json 'world_size' must be an integer", step));
+  const int64_t saved_ranks = saved == state.end() ? 1 : saved->get<int64_t>();
+  if (saved_ranks != world_size)
+    throw InputError(fmt::format("checkpoint step {} was written by {} rank(s) but this run has {}: resume with "
+                                 "the same number of processes (each rank's random stream is restored)",
+                                 step, saved_ranks, world_size));
+  if (world_size == 1) {
+    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
+    return;
+  }
+  const auto streams = state.value("rng_ranks", nlohmann::json());
+  if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
+    throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", step, saved_ranks));
+  restore_rng_state(streams.at(static_cast<size_t>(rank)), "state.json");
+}
+
+void seed_rank_stream(uint64_t seed, int64_t rank) {
+  torch::manual_seed(counter_hash({seed, static_cast<uint64_t>(rank)}));
 }
 
 }  // namespace inkstone

@@ -27,8 +27,16 @@ struct Batch {
   int64_t first_row = 0;
   int64_t total_rows = 0;  // 0: these rows are the whole batch
   torch::Tensor documents;  // [B, W] int64 packed-document index (data.document_mask); undefined: not masked
+  // [B, W] bool: the tokens the loss trains on (fine-tuning on conversations: the responses, docs/training.md,
+  // "Fine-tuning on conversations"); the others are context only. Undefined: every real token.
+  torch::Tensor loss_mask;
   RolloutAnnotations rollout;
 };
+
+// The tokens a window objective scores: real, and trained on where the batch has a loss mask.
+inline torch::Tensor scored_tokens(const Batch& batch) {
+  return batch.loss_mask.defined() ? batch.real & batch.loss_mask : batch.real;
+}
 
 // The document of every token of packed windows [B, W]: documents end at eos, so a token's index counts the eos
 // tokens before it in its row (an eos belongs to the document it ends).

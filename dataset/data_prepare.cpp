@@ -12,6 +12,7 @@
 #include "core/errors.h"
 #include "core/input_file.h"
 #include "core/progress.h"
+#include "dataset/prompt_format.h"
 
 namespace inkstone {
 namespace fs = std::filesystem;
@@ -29,6 +30,9 @@ struct DocumentPiece {
   bool starts_document = false;
   bool ends_document = false;
   int64_t file_bytes_read = 0;  // how far into the file reading has got, for progress
+  // A conversation (chat format), already encoded with its loss mask; `text` is its rendering.
+  const EncodedConversation* conversation = nullptr;
+  bool eos_trained = false;
 };
 
 using PieceHandler = std::function<void(const DocumentPiece&)>;
@@ -102,7 +106,9 @@ void read_text(const fs::path& file, int64_t chunk_bytes, const PieceHandler& on
   }
 }
 
-void read_jsonl(const fs::path& file, const std::string& field, const PieceHandler& on_piece) {
+// Every non-blank line of a JSONL file as a parsed record, with "file:line" for errors and how far reading has got.
+template <typename OnRecord>
+void for_each_json_line(const fs::path& file, OnRecord&& on_record) {
   std::ifstream in = open_input(file);
   std::string line;
   int64_t line_number = 0, read_bytes = 0;
@@ -110,14 +116,73 @@ void read_jsonl(const fs::path& file, const std::string& field, const PieceHandl
     ++line_number;
     read_bytes += static_cast<int64_t>(line.size()) + 1;
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    const std::string where = fmt::format("{}:{}", file.string(), line_number);
     const auto record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
-    if (record.is_discarded()) throw InputError(fmt::format("{}:{}: not valid JSON", file.string(), line_number));
-    if (!record.is_object() || !record.contains(field) || !record[field].is_string()) {
-      throw InputError(fmt::format("{}:{}: no string field '{}'", file.string(), line_number, field));
-    }
+    if (record.is_discarded()) throw InputError(fmt::format("{}: not valid JSON", where));
+    on_record(record, where, read_bytes);
+  }
+}
+
+void read_jsonl(const fs::path& file, const std::string& field, const PieceHandler& on_piece) {
+  for_each_json_line(file, [&](const nlohmann::json& record, const std::string& where, int64_t read_bytes) {
+    if (!record.is_object() || !record.contains(field) || !record[field].is_string())
+      throw InputError(fmt::format("{}: no string field '{}'", where, field));
     const auto& text = record[field].get_ref<const std::string&>();
     if (!text.empty()) on_piece({text, true, true, read_bytes});
+  });
+}
+
+// One conversation of a chat JSONL line (dataset/data_prepare.h); InputError naming file:line and the key.
+std::vector<ChatMessage> conversation_of(const nlohmann::json& record, const std::string& where) {
+  if (!record.is_object()) throw InputError(fmt::format("{}: a conversation must be a JSON object", where));
+  const auto text_of = [&](const nlohmann::json& value, const std::string& key) {
+    if (!value.is_string()) throw InputError(fmt::format("{}: '{}' must be a string", where, key));
+    return value.get<std::string>();
+  };
+  std::vector<ChatMessage> messages;
+  if (const auto list = record.find("messages"); list != record.end()) {
+    if (!list->is_array() || list->empty())
+      throw InputError(fmt::format("{}: 'messages' must be a non-empty list of {{role, content}}", where));
+    for (size_t i = 0; i < list->size(); ++i) {
+      const auto& m = (*list)[i];
+      const std::string key = fmt::format("messages[{}]", i);
+      if (!m.is_object() || !m.contains("role") || !m.contains("content"))
+        throw InputError(fmt::format("{}: '{}' must be an object with 'role' and 'content'", where, key));
+      const std::string role = text_of(m["role"], key + ".role");
+      if (role != "system" && role != "user" && role != "assistant")
+        throw InputError(fmt::format("{}: '{}.role' is '{}' (expected system, user or assistant)", where, key, role));
+      messages.push_back({role, text_of(m["content"], key + ".content")});
+    }
+  } else if (record.contains("prompt")) {
+    const auto response = record.contains("response") ? "response" : "completion";
+    if (!record.contains(response))
+      throw InputError(fmt::format("{}: 'prompt' without 'response' (or 'completion')", where));
+    messages = {{"user", text_of(record["prompt"], "prompt")}, {"assistant", text_of(record[response], response)}};
+  } else {
+    throw InputError(fmt::format("{}: a conversation needs 'messages' or 'prompt' and 'response'", where));
   }
+  if (std::none_of(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; }))
+    throw InputError(fmt::format("{}: the conversation has no assistant message to train on", where));
+  return messages;
+}
+
+void read_chat(const fs::path& file, const PrepareOptions& options, const PromptFormat& format,
+               const PieceHandler& on_piece) {
+  for_each_json_line(file, [&](const nlohmann::json& record, const std::string& where, int64_t read_bytes) {
+    const auto messages = conversation_of(record, where);
+    EncodedConversation encoded = format.encode_conversation(messages, options.train_on_all);
+    // A prompt that starts from eos starts from the eos ending the document before it, as in pretraining on
+    // eos-separated documents; written again, that eos would end a document of its own.
+    if (options.chat.prompt_start == PromptStart::eos) {
+      encoded.ids.erase(encoded.ids.begin());
+      encoded.trained.erase(encoded.trained.begin());
+    }
+    std::string rendered;
+    for (const auto& segment : format.render_conversation(messages)) rendered += segment.text;
+    DocumentPiece piece{rendered, true, true, read_bytes, &encoded, false};
+    piece.eos_trained = options.train_on_all || messages.back().role == "assistant";
+    on_piece(piece);
+  });
 }
 
 void read_fortunes(const fs::path& file, const PieceHandler& on_piece) {
@@ -137,11 +202,13 @@ void read_fortunes(const fs::path& file, const PieceHandler& on_piece) {
   if (!entry.empty()) on_piece({entry, true, true, read_bytes});
 }
 
-void read_documents(const fs::path& file, const PrepareOptions& options, const PieceHandler& on_piece) {
+void read_documents(const fs::path& file, const PrepareOptions& options, const PromptFormat& format,
+                    const PieceHandler& on_piece) {
   switch (options.format) {
     case InputFormat::text: return read_text(file, options.chunk_bytes, on_piece);
     case InputFormat::jsonl: return read_jsonl(file, options.jsonl_field, on_piece);
     case InputFormat::fortune: return read_fortunes(file, on_piece);
+    case InputFormat::chat: return read_chat(file, options, format, on_piece);
   }
 }
 
@@ -154,7 +221,7 @@ void check_options(const PrepareOptions& options) {
   }
   if (options.out_dir.empty()) throw InputError("no output folder given (--out DIR)");
   if (options.val_split == ValSplit::tail && options.format != InputFormat::text)
-    throw InputError("--val-split tail cuts text files; it does not apply to jsonl or fortune input");
+    throw InputError("--val-split tail cuts text files; it does not apply to jsonl, fortune or chat input");
 }
 
 // Drops what an earlier prepare left in `dir`: the manifest first, so the folder never looks complete meanwhile.
@@ -162,7 +229,9 @@ void clear_previous_output(const fs::path& dir) {
   fs::remove(manifest_path(dir));
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    const bool shard = entry.path().extension() == ".bin" && (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0);
+    const auto extension = entry.path().extension();
+    const bool shard = (extension == ".bin" || extension == ".mask") &&
+                       (name.rfind("train_", 0) == 0 || name.rfind("val_", 0) == 0);
     if (shard) fs::remove(entry.path());
   }
 }
@@ -213,7 +282,8 @@ InputFormat input_format_from_name(const std::string& name) {
   if (name == "text") return InputFormat::text;
   if (name == "jsonl") return InputFormat::jsonl;
   if (name == "fortune") return InputFormat::fortune;
-  throw InputError(fmt::format("unknown input format '{}' (expected text, jsonl or fortune)", name));
+  if (name == "chat") return InputFormat::chat;
+  throw InputError(fmt::format("unknown input format '{}' (expected text, jsonl, fortune or chat)", name));
 }
 
 std::vector<fs::path> fortune_files(const fs::path& folder) {
@@ -257,8 +327,10 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   clear_previous_output(options.out_dir);
   const int64_t vocab_size = tokenizer.vocab_size();
   const TokenDtype dtype = dtype_for_vocab(vocab_size);
-  ShardWriter train(options.out_dir, "train", dtype, vocab_size, options.max_shard_tokens);
-  ShardWriter val(options.out_dir, "val", dtype, vocab_size, options.max_shard_tokens);
+  const bool chat = options.format == InputFormat::chat;
+  const PromptFormat format(options.chat, tokenizer);
+  ShardWriter train(options.out_dir, "train", dtype, vocab_size, options.max_shard_tokens, chat);
+  ShardWriter val(options.out_dir, "val", dtype, vocab_size, options.max_shard_tokens, chat);
 
   ProgressBar progress("prepare", input_bytes, ProgressBar::Unit::bytes);
   int64_t documents = 0, tokens = 0, finished_files_bytes = 0;
@@ -274,10 +346,13 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
         ++documents;
         split = to_val ? &val : &train;
       }
-      std::vector<int32_t> ids = tokenizer.encode(piece.text);
+      const auto* conversation = piece.conversation;
+      std::vector<int32_t> ids = conversation ? conversation->ids : tokenizer.encode(piece.text);
+      std::vector<uint8_t> trained = conversation ? conversation->trained : std::vector<uint8_t>();
       if (piece.ends_document) ids.push_back(eos);
+      if (conversation) trained.push_back(piece.eos_trained);
       try {
-        split->append(ids, static_cast<int64_t>(piece.text.size()));
+        split->append(ids, conversation ? conversation->text_bytes : static_cast<int64_t>(piece.text.size()), trained);
       } catch (const InputError& e) {
         throw InputError(fmt::format("{}: {}", file.string(), e.what()));
       }
@@ -291,7 +366,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
         add_piece(file, piece, validation);
       });
     } else {
-      read_documents(file, options, [&](const DocumentPiece& piece) { add_piece(file, piece, std::nullopt); });
+      read_documents(file, options, format, [&](const DocumentPiece& piece) { add_piece(file, piece, std::nullopt); });
     }
     finished_files_bytes += static_cast<int64_t>(fs::file_size(file));
   }
@@ -306,6 +381,10 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   manifest.dtype = dtype;
   manifest.val_fraction = options.val_fraction;
   manifest.val_rule = options.val_split == ValSplit::tail ? kTailValidationRule : kValidationRule;
+  manifest.loss_mask = chat;
+  if (chat)
+    manifest.chat = ChatRecord{choice_name(options.chat.format), options.chat.system,
+                               choice_name(options.chat.prompt_start)};
   manifest.splits["train"] = train.finish();
   manifest.splits["val"] = val.finish();
   tokenizer.save(options.out_dir / "tokenizer.json");

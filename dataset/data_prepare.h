@@ -3,6 +3,11 @@
 //
 // Documents. text: a file is one document. jsonl: each non-blank line is a JSON object, its string field
 // `jsonl_field` one document. fortune: entries separated by lines holding only '%', one document each.
+// chat: each non-blank line is one conversation, {"messages": [{"role": "system" | "user" | "assistant",
+// "content": "..."}, ...]} or {"prompt": "...", "response": "..."} ("completion" is taken for "response"),
+// rendered in `chat`'s format (dataset/prompt_format.h) with a loss mask on the responses (all tokens with
+// `train_on_all`); the eos that ends it is trained when the conversation ends with a response. With
+// chat.prompt_start = eos the eos ending the previous conversation is its start token.
 // Documents with no bytes are skipped; every other one is encoded and ends with eos. Folders are read
 // recursively in sorted path order, skipping names that start with '.', so a folder always gives the same shards.
 //
@@ -22,15 +27,16 @@
 #include <string_view>
 #include <vector>
 
+#include "config/config.h"
 #include "dataset/shards.h"
 #include "dataset/tokenizer.h"
 
 namespace inkstone {
 
-enum class InputFormat { text, jsonl, fortune };
+enum class InputFormat { text, jsonl, fortune, chat };
 enum class ValSplit { documents, tail };
 
-// "text", "jsonl" or "fortune"; anything else is an InputError.
+// "text", "jsonl", "fortune" or "chat"; anything else is an InputError.
 InputFormat input_format_from_name(const std::string& name);
 
 struct PrepareOptions {
@@ -38,6 +44,8 @@ struct PrepareOptions {
   std::filesystem::path out_dir;
   InputFormat format = InputFormat::text;
   std::string jsonl_field = "text";
+  ChatConfig chat = default_config().chat;  // format == chat: how conversations render (the run's [chat])
+  bool train_on_all = false;                // format == chat: no loss mask on prompts
   double val_fraction = 0.05;
   ValSplit val_split = ValSplit::documents;
   int64_t max_shard_tokens = int64_t{64} << 20;

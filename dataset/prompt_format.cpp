@@ -52,6 +52,59 @@ std::string PromptFormat::render(std::string_view user_message) const {
   return std::string(user_message);
 }
 
+std::vector<ChatSegment> PromptFormat::render_conversation(const std::vector<ChatMessage>& messages) const {
+  std::vector<ChatSegment> segments;
+  const auto context = [&](std::string text) { segments.push_back({std::move(text), false}); };
+  const auto response = [&](std::string text) { segments.push_back({std::move(text), true}); };
+  const bool own_system = std::any_of(messages.begin(), messages.end(), [](const ChatMessage& m) {
+    return m.role == "system";
+  });
+  std::vector<ChatMessage> turns;
+  if (!own_system && !chat_.system.empty() && chat_.format != ChatFormat::raw) turns.push_back({"system", chat_.system});
+  turns.insert(turns.end(), messages.begin(), messages.end());
+  for (const ChatMessage& m : turns) {
+    const bool assistant = m.role == "assistant";
+    switch (chat_.format) {
+      case ChatFormat::chatml:
+        if (!assistant) {
+          context(chatml_turn(m.role, m.content));
+          break;
+        }
+        context("<|im_start|>assistant\n");
+        response(m.content + "<|im_end|>");
+        context("\n");
+        break;
+      case ChatFormat::llama3:
+        context(llama3_header(m.role));
+        if (assistant) response(m.content + "<|eot_id|>");
+        else context(m.content + "<|eot_id|>");
+        break;
+      case ChatFormat::raw:
+        if (assistant) response(m.content);
+        else context(m.content);
+        break;
+    }
+  }
+  return segments;
+}
+
+EncodedConversation PromptFormat::encode_conversation(const std::vector<ChatMessage>& messages,
+                                                      bool train_on_all) const {
+  EncodedConversation out;
+  if (start_id_ >= 0) {
+    out.ids.push_back(start_id_);
+    out.trained.push_back(train_on_all);
+  }
+  for (const ChatSegment& segment : render_conversation(messages)) {
+    if (segment.text.empty()) continue;
+    const auto ids = tokenizer_.encode(segment.text);
+    out.ids.insert(out.ids.end(), ids.begin(), ids.end());
+    out.trained.insert(out.trained.end(), ids.size(), static_cast<uint8_t>(train_on_all || segment.response));
+    out.text_bytes += static_cast<int64_t>(segment.text.size());
+  }
+  return out;
+}
+
 std::vector<int32_t> PromptFormat::encode(std::string_view user_message) const {
   std::vector<int32_t> ids;
   if (start_id_ >= 0) ids.push_back(start_id_);

@@ -11,6 +11,27 @@
 
 namespace inkstone {
 
+// One message of a conversation: role is "system", "user" or "assistant".
+struct ChatMessage {
+  std::string role;
+  std::string content;
+};
+
+// A piece of a rendered conversation; `response` marks what the assistant wrote (its content and its turn's end
+// marker), which fine-tuning trains on.
+struct ChatSegment {
+  std::string text;
+  bool response = false;
+};
+
+// A conversation as token ids and a loss mask (1 on response tokens), each segment encoded on its own so that a
+// prompt's tokens are exactly those `encode` gives it at sampling time.
+struct EncodedConversation {
+  std::vector<int32_t> ids;
+  std::vector<uint8_t> trained;
+  int64_t text_bytes = 0;  // bytes of rendered text the ids stand for (the start token adds none)
+};
+
 class PromptFormat {
  public:
   // Resolves chat.prompt_start and chat.stop_tokens against the tokenizer: an InputError names a stop token that
@@ -22,6 +43,12 @@ class PromptFormat {
   std::string render(std::string_view user_message) const;
   // The start token (if any), then the rendered message encoded; special tokens in it become their ids.
   std::vector<int32_t> encode(std::string_view user_message) const;
+  // A whole conversation in the chat format: system, user and assistant turns in order (a system message of the
+  // conversation replaces chat.system). Everything up to an assistant's content renders as render() renders a
+  // prompt, so a model fine-tuned on it is prompted as it was trained; raw concatenates the contents.
+  std::vector<ChatSegment> render_conversation(const std::vector<ChatMessage>& messages) const;
+  // The start token (if any, not trained), then every segment encoded; `train_on_all` trains on every token.
+  EncodedConversation encode_conversation(const std::vector<ChatMessage>& messages, bool train_on_all) const;
   // eos and the stop tokens: a completion ends after drawing any of them.
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
 

@@ -40,14 +40,17 @@ TokenDtype dtype_from_name(const std::string& name, const std::string& origin) {
   throw InputError(fmt::format("{}: unknown dtype '{}' (expected uint16 or uint32)", origin, name));
 }
 
-nlohmann::json split_to_json(const SplitInfo& split) {
+nlohmann::json split_to_json(const SplitInfo& split, bool loss_mask) {
   nlohmann::json shards = nlohmann::json::array();
   for (const auto& shard : split.shards) {
     shards.push_back({{"file", shard.file}, {"tokens", shard.tokens}, {"documents", shard.documents},
                       {"xxh64", shard.xxh64}});
+    if (loss_mask) shards.back().update({{"mask_file", shard.mask_file}, {"mask_xxh64", shard.mask_xxh64}});
   }
-  return {{"tokens", split.tokens}, {"documents", split.documents}, {"text_bytes", split.text_bytes},
-          {"shards", shards}};
+  nlohmann::json out = {{"tokens", split.tokens}, {"documents", split.documents}, {"text_bytes", split.text_bytes},
+                        {"shards", shards}};
+  if (loss_mask) out["trained_tokens"] = split.trained_tokens;
+  return out;
 }
 
 int64_t non_negative(const nlohmann::json& document, const char* key, const std::string& where) {
@@ -57,21 +60,29 @@ int64_t non_negative(const nlohmann::json& document, const char* key, const std:
 }
 
 // Shards are plain file names inside the data folder: a path elsewhere would read (or checksum) a foreign file.
-std::string shard_file_name(const nlohmann::json& entry, const std::string& where) {
-  auto file = entry.at("file").get<std::string>();
+std::string shard_file_name(const nlohmann::json& entry, const char* key, const std::string& where) {
+  auto file = entry.at(key).get<std::string>();
   if (file.empty() || file.find('/') != std::string::npos || file == "." || file == "..")
     throw InputError(fmt::format("{}: shard file '{}' is not a file name inside the data folder", where, file));
   return file;
 }
 
-SplitInfo split_from_json(const nlohmann::json& document, const std::string& where) {
+SplitInfo split_from_json(const nlohmann::json& document, bool loss_mask, const std::string& where) {
   SplitInfo split;
   split.tokens = non_negative(document, "tokens", where);
   split.documents = non_negative(document, "documents", where);
   split.text_bytes = non_negative(document, "text_bytes", where);
+  split.trained_tokens = loss_mask ? non_negative(document, "trained_tokens", where) : split.tokens;
+  if (split.trained_tokens > split.tokens)
+    throw InputError(fmt::format("{}: trained_tokens = {} exceeds its {} tokens", where, split.trained_tokens,
+                                 split.tokens));
   for (const auto& entry : document.at("shards")) {
-    split.shards.push_back({shard_file_name(entry, where), non_negative(entry, "tokens", where),
+    split.shards.push_back({shard_file_name(entry, "file", where), non_negative(entry, "tokens", where),
                             non_negative(entry, "documents", where), entry.at("xxh64").get<std::string>()});
+    if (loss_mask) {
+      split.shards.back().mask_file = shard_file_name(entry, "mask_file", where);
+      split.shards.back().mask_xxh64 = entry.at("mask_xxh64").get<std::string>();
+    }
   }
   return split;
 }
@@ -90,8 +101,8 @@ std::filesystem::path manifest_path(const std::filesystem::path& data_dir) { ret
 
 nlohmann::json manifest_to_json(const Manifest& manifest) {
   nlohmann::json splits = nlohmann::json::object();
-  for (const auto& [name, split] : manifest.splits) splits[name] = split_to_json(split);
-  return {{"format", kFormatName},
+  for (const auto& [name, split] : manifest.splits) splits[name] = split_to_json(split, manifest.loss_mask);
+  nlohmann::json document = {{"format", kFormatName},
           {"format_version", manifest.format_version},
           {"tokenizer",
            {{"kind", manifest.tokenizer_kind},
@@ -104,6 +115,12 @@ nlohmann::json manifest_to_json(const Manifest& manifest) {
           {"byte_order", "little"},
           {"validation", {{"fraction", manifest.val_fraction}, {"rule", manifest.val_rule}}},
           {"splits", splits}};
+  if (manifest.loss_mask) document["loss_mask"] = true;
+  if (manifest.chat)
+    document["chat"] = {{"format", manifest.chat->format},
+                        {"system", manifest.chat->system},
+                        {"prompt_start", manifest.chat->prompt_start}};
+  return document;
 }
 
 Manifest manifest_from_json(const nlohmann::json& document, const std::string& origin) {
@@ -136,8 +153,12 @@ Manifest manifest_from_json(const nlohmann::json& document, const std::string& o
       throw InputError(fmt::format("{}: dtype uint16 cannot hold a vocabulary of {} ids", origin, manifest.vocab_size));
     manifest.val_fraction = document.at("validation").at("fraction").get<double>();
     manifest.val_rule = document.at("validation").at("rule").get<std::string>();
-    for (const auto& [name, split] : document.at("splits").items()) 
-      manifest.splits[name] = split_from_json(split, fmt::format("{} split '{}'", origin, name));
+    manifest.loss_mask = document.value("loss_mask", false);
+    if (const auto chat = document.find("chat"); chat != document.end())
+      manifest.chat = ChatRecord{chat->at("format").get<std::string>(), chat->at("system").get<std::string>(),
+                                 chat->at("prompt_start").get<std::string>()};
+    for (const auto& [name, split] : document.at("splits").items())
+      manifest.splits[name] = split_from_json(split, manifest.loss_mask, fmt::format("{} split '{}'", origin, name));
     return manifest;
   } catch (const nlohmann::json::exception& e) {
     throw InputError(fmt::format("{}: incomplete manifest ({})", origin, e.what()));
@@ -161,23 +182,39 @@ Manifest read_manifest(const std::filesystem::path& data_dir) {
 }
 
 ShardWriter::ShardWriter(std::filesystem::path data_dir, std::string split, TokenDtype dtype, int64_t vocab_size,
-                         int64_t max_shard_tokens)
+                         int64_t max_shard_tokens, bool loss_mask)
     : data_dir_(std::move(data_dir)),
       split_(std::move(split)),
       dtype_(dtype),
       vocab_size_(vocab_size),
       max_shard_tokens_(max_shard_tokens),
-      hash_(XXH64_createState()) {
+      loss_mask_(loss_mask),
+      hash_(XXH64_createState()),
+      mask_hash_(XXH64_createState()) {
   buffer_.reserve(kWriteBufferBytes);
 }
 
-ShardWriter::~ShardWriter() { XXH64_freeState(hash_); }
+ShardWriter::~ShardWriter() {
+  XXH64_freeState(hash_);
+  XXH64_freeState(mask_hash_);
+}
 
-void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes) {
+void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained) {
+  if (loss_mask_ != !trained.empty() || (loss_mask_ && trained.size() != ids.size()))
+    throw std::invalid_argument("ShardWriter::append: one mask value per id exactly when the folder has loss masks");
   if (!file_) {
-    shard_ = ShardInfo{fmt::format("{}_{:05d}.bin", split_, split_info_.shards.size()), 0, 0, ""};
+    const std::string stem = fmt::format("{}_{:05d}", split_, split_info_.shards.size());
+    shard_ = ShardInfo{stem + ".bin", 0, 0, "", loss_mask_ ? stem + ".mask" : "", ""};
     file_ = std::make_unique<AtomicFile>(data_dir_ / shard_.file);
     XXH64_reset(hash_, 0);
+    if (loss_mask_) {
+      mask_ = std::make_unique<AtomicFile>(data_dir_ / shard_.mask_file);
+      XXH64_reset(mask_hash_, 0);
+    }
+  }
+  for (uint8_t value : trained) {
+    mask_buffer_.push_back(static_cast<char>(value != 0));
+    split_info_.trained_tokens += value != 0;
   }
   for (int32_t id : ids) {
     if (id < 0 || id >= vocab_size_) {
@@ -190,8 +227,10 @@ void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes) {
     }
     if (buffer_.size() >= kWriteBufferBytes) flush_buffer();
   }
+  if (mask_buffer_.size() >= kWriteBufferBytes) flush_buffer();
   shard_.tokens += static_cast<int64_t>(ids.size());
   split_info_.tokens += static_cast<int64_t>(ids.size());
+  if (!loss_mask_) split_info_.trained_tokens += static_cast<int64_t>(ids.size());
   split_info_.text_bytes += text_bytes;
 }
 
@@ -205,6 +244,10 @@ void ShardWriter::flush_buffer() {
   file_->write(buffer_.data(), buffer_.size());
   XXH64_update(hash_, buffer_.data(), buffer_.size());
   buffer_.clear();
+  if (!mask_) return;
+  mask_->write(mask_buffer_.data(), mask_buffer_.size());
+  XXH64_update(mask_hash_, mask_buffer_.data(), mask_buffer_.size());
+  mask_buffer_.clear();
 }
 
 void ShardWriter::close_shard() {
@@ -213,6 +256,11 @@ void ShardWriter::close_shard() {
   file_->commit();
   file_.reset();
   shard_.xxh64 = hex64(XXH64_digest(hash_));
+  if (mask_) {
+    mask_->commit();
+    mask_.reset();
+    shard_.mask_xxh64 = hex64(XXH64_digest(mask_hash_));
+  }
   split_info_.shards.push_back(shard_);
 }
 
@@ -268,11 +316,30 @@ void copy_ids(const unsigned char* data, int64_t first, int64_t count, int32_t* 
   for (int64_t i = 0; i < count; ++i) out[i] = static_cast<int32_t>(words[i]);
 }
 
+// A shard's loss mask: one byte per token, each 0 or 1 (checked with `verify`).
+MappedFile open_loss_mask(const std::filesystem::path& path, const ShardInfo& info, bool verify) {
+  MappedFile map(path);
+  if (map.size() != info.tokens)
+    throw InputError(fmt::format("{}: {} bytes but its shard holds {} tokens (one mask byte each)", path.string(),
+                                 map.size(), info.tokens));
+  if (verify) {
+    const std::string checksum = hex64(XXH64(map.data(), static_cast<size_t>(map.size()), 0));
+    if (checksum != info.mask_xxh64)
+      throw InputError(fmt::format("{}: checksum mismatch (xxh64 {} but the manifest says {}); the file is corrupt",
+                                   path.string(), checksum, info.mask_xxh64));
+    const auto* end = map.data() + map.size();
+    if (const auto* bad = std::find_if(map.data(), end, [](unsigned char b) { return b > 1; }); bad != end)
+      throw InputError(fmt::format("{}: byte {} at position {} is not a loss mask value (0 or 1)", path.string(),
+                                   static_cast<int>(*bad), bad - map.data()));
+  }
+  return map;
+}
+
 }  // namespace
 
 SplitTokens::SplitTokens(const std::filesystem::path& data_dir, const Manifest& manifest, const std::string& split,
                          bool verify)
-    : dtype_(manifest.dtype) {
+    : dtype_(manifest.dtype), loss_mask_(manifest.loss_mask) {
   auto found = manifest.splits.find(split);
   if (found == manifest.splits.end()) {
     throw InputError(fmt::format("{}: no split '{}'", manifest_path(data_dir).string(), split));
@@ -296,31 +363,43 @@ SplitTokens::SplitTokens(const std::filesystem::path& data_dir, const Manifest& 
         check_ids<uint32_t>(map.data(), info.tokens, manifest.vocab_size, path);
       }
     }
-    shards_.push_back({std::move(map), size_, info.tokens});
+    shards_.push_back({std::move(map), size_, info.tokens, std::nullopt});
+    if (loss_mask_) shards_.back().mask.emplace(open_loss_mask(data_dir / info.mask_file, info, verify));
     size_ += info.tokens;
   }
 }
 
-void SplitTokens::read(int64_t offset, int64_t count, int32_t* out) const {
+template <typename CopyRun>
+void SplitTokens::for_each_run(int64_t offset, int64_t count, CopyRun&& copy) const {
   if (offset < 0 || count < 0 || offset + count > size_) {
     throw std::out_of_range(fmt::format("tokens [{}, {}) outside a split of {}", offset, offset + count, size_));
   }
   // The last shard that begins at or before `offset`.
   auto shard = std::upper_bound(shards_.begin(), shards_.end(), offset,
                                 [](int64_t value, const Shard& s) { return value < s.begin; }) - 1;
-  while (count > 0) {
-    const int64_t first = offset - shard->begin;
-    const int64_t n = std::min(count, shard->tokens - first);
-    if (dtype_ == TokenDtype::uint16) {
-      copy_ids<uint16_t>(shard->map.data(), first, n, out);
-    } else {
-      copy_ids<uint32_t>(shard->map.data(), first, n, out);
-    }
-    out += n;
-    offset += n;
-    count -= n;
-    ++shard;
+  for (int64_t done = 0; done < count; ++shard) {
+    const int64_t first = offset + done - shard->begin;
+    const int64_t n = std::min(count - done, shard->tokens - first);
+    copy(*shard, first, n, done);
+    done += n;
   }
+}
+
+void SplitTokens::read(int64_t offset, int64_t count, int32_t* out) const {
+  for_each_run(offset, count, [&](const Shard& shard, int64_t first, int64_t n, int64_t done) {
+    if (dtype_ == TokenDtype::uint16) {
+      copy_ids<uint16_t>(shard.map.data(), first, n, out + done);
+    } else {
+      copy_ids<uint32_t>(shard.map.data(), first, n, out + done);
+    }
+  });
+}
+
+void SplitTokens::read_loss_mask(int64_t offset, int64_t count, uint8_t* out) const {
+  if (!loss_mask_) throw std::logic_error("read_loss_mask: this split has no loss mask");
+  for_each_run(offset, count, [&](const Shard& shard, int64_t first, int64_t n, int64_t done) {
+    std::memcpy(out + done, shard.mask->data() + first, static_cast<size_t>(n));
+  });
 }
 
 std::vector<int64_t> SplitTokens::document_starts(int32_t eos) const {

@@ -6,11 +6,14 @@
 //   DIR/tokenizer.json    the tokenizer, so the folder is self-contained
 //   DIR/train_00000.bin   raw little-endian token ids (uint16 or uint32, no header: numpy.memmap reads them);
 //   DIR/val_00000.bin     every document ends with eos and never straddles two shards
+//   DIR/train_00000.mask  only in folders of conversations (`data prepare --format chat`): one byte per token of
+//                         the shard beside it, 1 where the loss trains on the token (a response), 0 elsewhere
 #pragma once
 #include <cstdint>
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -35,6 +38,8 @@ struct ShardInfo {
   int64_t tokens = 0;
   int64_t documents = 0;
   std::string xxh64;  // of the file's bytes, 16 lowercase hex digits
+  std::string mask_file;   // the loss mask beside it; empty in a folder without loss masks
+  std::string mask_xxh64;
 };
 
 struct SplitInfo {
@@ -43,6 +48,15 @@ struct SplitInfo {
   int64_t documents = 0;
   // Bytes of source text the tokens decode to (eos adds none): bits per byte = nats per token / ln 2 * tokens / bytes.
   int64_t text_bytes = 0;
+  int64_t trained_tokens = 0;  // tokens the loss mask trains on; equals `tokens` in a folder without loss masks
+};
+
+// How the conversations of a folder of chat data were rendered (dataset/prompt_format.h): a run that trains on
+// them must render its prompts the same way.
+struct ChatRecord {
+  std::string format;  // chat.format's value
+  std::string system;
+  std::string prompt_start;
 };
 
 struct Manifest {
@@ -56,6 +70,8 @@ struct Manifest {
   double val_fraction = 0;
   std::string val_rule;  // the assignment rule in words, so the folder explains itself
   std::map<std::string, SplitInfo> splits;  // "train", "val"
+  bool loss_mask = false;          // every shard has a loss mask beside it
+  std::optional<ChatRecord> chat;  // set for conversations (`data prepare --format chat`)
 };
 
 std::filesystem::path manifest_path(const std::filesystem::path& data_dir);
@@ -70,15 +86,16 @@ Manifest read_manifest(const std::filesystem::path& data_dir);
 // Shard files appear only complete (core/atomic_file.h); finish() returns what the manifest records.
 class ShardWriter {
  public:
+  // With `loss_mask`, every shard gets its mask file and append() takes each token's mask.
   ShardWriter(std::filesystem::path data_dir, std::string split, TokenDtype dtype, int64_t vocab_size,
-              int64_t max_shard_tokens);
+              int64_t max_shard_tokens, bool loss_mask = false);
   ~ShardWriter();
   ShardWriter(const ShardWriter&) = delete;
   ShardWriter& operator=(const ShardWriter&) = delete;
 
-  // Appends ids of the current document, which stand for `text_bytes` bytes of source text.
-  // An id outside [0, vocab_size) is an InputError.
-  void append(const std::vector<int32_t>& ids, int64_t text_bytes);
+  // Appends ids of the current document, which stand for `text_bytes` bytes of source text, and with a loss mask
+  // their mask (one 0 / 1 per id). An id outside [0, vocab_size) is an InputError.
+  void append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained = {});
   // Closes the current document; the shard is closed once it holds max_shard_tokens or more.
   void end_document();
   SplitInfo finish();
@@ -92,9 +109,11 @@ class ShardWriter {
   TokenDtype dtype_;
   int64_t vocab_size_;
   int64_t max_shard_tokens_;
-  std::unique_ptr<AtomicFile> file_;
+  bool loss_mask_;
+  std::unique_ptr<AtomicFile> file_, mask_;
   XXH64_state_t* hash_ = nullptr;
-  std::vector<char> buffer_;
+  XXH64_state_t* mask_hash_ = nullptr;
+  std::vector<char> buffer_, mask_buffer_;
   ShardInfo shard_;
   SplitInfo split_info_;
 };
@@ -128,6 +147,9 @@ class SplitTokens {
   int64_t size() const { return size_; }
   // Copies tokens [offset, offset + count) into `out`, across shard boundaries.
   void read(int64_t offset, int64_t count, int32_t* out) const;
+  bool has_loss_mask() const { return loss_mask_; }
+  // The loss mask of tokens [offset, offset + count) (has_loss_mask() only).
+  void read_loss_mask(int64_t offset, int64_t count, uint8_t* out) const;
   // Offset of every document's first token, in order, then size(): documents are the runs ending in eos.
   std::vector<int64_t> document_starts(int32_t eos) const;
 
@@ -136,9 +158,14 @@ class SplitTokens {
     MappedFile map;
     int64_t begin = 0;  // offset of its first token in the stream
     int64_t tokens = 0;
+    std::optional<MappedFile> mask;
   };
+  // The shard holding token `offset` and the offset within it, for every run of a read.
+  template <typename CopyRun>
+  void for_each_run(int64_t offset, int64_t count, CopyRun&& copy) const;
 
   TokenDtype dtype_;
+  bool loss_mask_ = false;
   std::vector<Shard> shards_;
   int64_t size_ = 0;
 };

@@ -79,6 +79,7 @@ TokenBatch WindowLoader::empty_batch(int64_t rows) const {
   batch.cols = options_.window_len;
   batch.tokens.assign(static_cast<size_t>(rows * batch.cols), manifest_.pad);
   batch.real.assign(static_cast<size_t>(rows * batch.cols), 0);
+  if (tokens_.has_loss_mask()) batch.trained.assign(static_cast<size_t>(rows * batch.cols), 0);
   return batch;
 }
 
@@ -87,6 +88,7 @@ void WindowLoader::fill_row(TokenBatch& batch, int64_t row, int64_t offset, int6
   const auto first = static_cast<size_t>(row * batch.cols);
   tokens_.read(offset, length, batch.tokens.data() + first);
   std::fill_n(batch.real.begin() + static_cast<std::ptrdiff_t>(first), length, uint8_t{1});
+  if (tokens_.has_loss_mask()) tokens_.read_loss_mask(offset, length, batch.trained.data() + first);
 }
 
 TokenBatch WindowLoader::train_batch(int64_t step, int64_t batch_size) const {

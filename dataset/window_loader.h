@@ -29,6 +29,9 @@ struct TokenBatch {
   int64_t cols = 0;
   std::vector<int32_t> tokens;
   std::vector<uint8_t> real;  // 1 for a token of the data, 0 for padding
+  // From a folder with loss masks (conversations): 1 where the loss trains on the token (a response), 0 for the
+  // prompt and padding. Empty: the loss trains on every real token.
+  std::vector<uint8_t> trained;
 
   int64_t real_tokens() const;
 };
@@ -75,6 +78,7 @@ class WindowLoader {
   double bytes_per_token() const;
 
   const Manifest& manifest() const { return manifest_; }
+  bool has_loss_mask() const { return tokens_.has_loss_mask(); }
   const WindowLoaderOptions& options() const { return options_; }
 
  private:

@@ -1,4 +1,5 @@
-// Autoregressive objective: L = -sum_t log p(x_{t+1} | x_{<=t}) over real (non-pad) targets.
+// Autoregressive objective: L = -sum_t log p(x_{t+1} | x_{<=t}) over real (non-pad) targets; with a loss mask
+// (fine-tuning on conversations) over the targets it trains on, the responses, whose context includes the prompt.
 #include "objectives/ar.h"
 
 #include <torch/nn/functional/loss.h>
@@ -22,8 +23,8 @@ TokenLosses next_token_losses(LanguageModelImpl& model, const Batch& batch, doub
   using torch::indexing::Slice;
   auto inputs = batch.tokens.index({Slice(), Slice(0, -1)});
   auto targets = batch.tokens.index({Slice(), Slice(1, torch::indexing::None)});
-  // A target counts when it and the token predicting it are real data.
-  auto real = batch.real.index({Slice(), Slice(1, torch::indexing::None)}) &
+  // A target counts when it and the token predicting it are real data and the loss trains on the target.
+  auto real = scored_tokens(batch).index({Slice(), Slice(1, torch::indexing::None)}) &
               batch.real.index({Slice(), Slice(0, -1)});
   WindowInputs window;
   if (batch.documents.defined()) window.documents = batch.documents.index({Slice(), Slice(0, -1)});

@@ -19,6 +19,16 @@ torch::Tensor training_weight(const NoiseProcess& noise, const DiffusionConfig& 
   return weight / rate;
 }
 
+Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id) {
+  if (!batch.loss_mask.defined()) return batch;
+  Batch padded = batch;
+  const auto padding = ~batch.real;
+  padded.tokens = batch.tokens.masked_fill(padding, eos_id);
+  padded.real = torch::ones_like(batch.real);
+  padded.loss_mask = batch.loss_mask | padding;
+  return padded;
+}
+
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer,
                                        std::shared_ptr<const NoiseProcess> noise)
     : name_(config.objective.name),
@@ -27,6 +37,7 @@ DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& to
       logit_chunk_mib_(config.objective.logit_chunk_mib),
       time_conditioning_(config.model.time_conditioning),
       padded_windows_(config.data.mode == WindowMode::pad),
+      eos_id_(tokenizer.specials().eos),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
       noise_(std::move(noise)),
       support_(tokenizer, config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size(),
@@ -101,7 +112,8 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   }
   // Per-token inputs of the terms, flattened to the rows the chunks take.
   const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
-  const auto x = per_row(batch.tokens), noisy = per_row(z), counted = per_row(batch.real);
+  const auto scored = scored_tokens(batch);
+  const auto x = per_row(batch.tokens), noisy = per_row(z), counted = per_row(scored);
   const auto per_row_levels = [&](const NoiseLevels& l) {
     return NoiseLevels{per_row(l.keep), per_row(l.mask), per_row(l.uniform)};
   };
@@ -132,15 +144,16 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
   const auto per_token = [&](int64_t column) { return out.terms.select(1, column).view(z.sizes()); };
   DiffusionScores s;
   s.loss = out.loss;
-  s.real = batch.real;
+  s.scored = scored;
   s.weighted = per_token(0);
   s.nelbo = per_token(1);
   if (with_z) s.log_z_squared = per_token(2);
-  s.corrupted = z.ne(batch.tokens) & s.real;
+  s.corrupted = z.ne(batch.tokens) & s.scored;
   return s;
 }
 
-LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch) {
+LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& given) {
+  const Batch batch = with_responses_padded_by_eos(given, eos_id_);
   // Once, not per batch: the check waits on the device, and the data of one tokenizer does not change its ids.
   if (!checked_) {
     check_clean_tokens(batch);
@@ -157,11 +170,11 @@ LossOutput DiffusionObjective::loss(LanguageModelImpl& model, const Batch& batch
   } else {
     t = sample_training_time(diffusion_, x.size(0), x.size(1), batch.first_row, batch.total_rows, x.device());
   }
-  const auto z = torch::where(batch.real, corrupt(x, t, nullptr), x);
+  const auto z = torch::where(scored_tokens(batch), corrupt(x, t, nullptr), x);
   const auto s = score(model, batch, t, z);
   LossOutput out;
   out.loss_sum = s.loss;
-  out.count = s.real.sum().to(torch::kFloat);
+  out.count = s.scored.sum().to(torch::kFloat);
   out.metric_sums["nelbo"] = s.nelbo.sum();
   out.metric_sums["corrupted_fraction"] = s.corrupted.sum().to(torch::kFloat);
   if (z_loss_ > 0) out.metric_sums["log_z_squared"] = s.log_z_squared.sum();
@@ -177,17 +190,17 @@ ValidationSums DiffusionObjective::evaluate(LanguageModelImpl& model, const Eval
     // Each batch's noise from its place in the whole split: the same whichever rank scores it.
     auto generator = at::detail::createCPUGenerator(
         counter_hash({eval_seed_, static_cast<uint64_t>(source.split_index(i))}));
-    const Batch batch = source.batch(i);
+    const Batch batch = with_responses_padded_by_eos(source.batch(i), eos_id_);
     check_clean_tokens(batch);
     const auto device = batch.tokens.device();
     const auto x = batch.tokens.cpu();
     const int64_t blocks = diffusion_.block_size > 0 ? x.size(1) / diffusion_.block_size : 1;
     auto t = eval_time_grid(diffusion_.t_min, x.size(0) * blocks);
     if (blocks > 1) t = per_block_times(t, x.size(0), x.size(1));
-    const auto z = torch::where(batch.real.cpu(), corrupt(x, t, &generator), x);
+    const auto z = torch::where(scored_tokens(batch).cpu(), corrupt(x, t, &generator), x);
     const auto s = score(model, batch, t.to(device), z.to(device));
     nelbo += s.nelbo.to(torch::kDouble).sum().item<double>();
-    totals.units += s.real.sum().item<double>();
+    totals.units += s.scored.sum().item<double>();
     corrupted += s.corrupted.sum().item<double>();
   }
   return totals;

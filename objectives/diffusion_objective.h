@@ -26,12 +26,19 @@ torch::Tensor training_weight(const NoiseProcess& noise, const DiffusionConfig& 
 // only their weighted sum carries a gradient.
 struct DiffusionScores {
   torch::Tensor loss;       // 0-d: Σ weighted + objective.z_loss · Σ log_z_squared; differentiable
-  torch::Tensor nelbo;      // [B, L] ℓ, 0 off real tokens
-  torch::Tensor weighted;   // [B, L] the training loss, 0 off real tokens
-  torch::Tensor log_z_squared;  // [B, L] (log Σ exp logits)², 0 off real tokens; only with objective.z_loss > 0
-  torch::Tensor corrupted;  // [B, L] bool: z_t ≠ x on a real token
-  torch::Tensor real;       // [B, L] bool
+  torch::Tensor nelbo;      // [B, L] ℓ, 0 off scored tokens
+  torch::Tensor weighted;   // [B, L] the training loss, 0 off scored tokens
+  torch::Tensor log_z_squared;  // [B, L] (log Σ exp logits)², 0 off scored tokens; only with objective.z_loss > 0
+  torch::Tensor corrupted;  // [B, L] bool: z_t ≠ x on a scored token
+  torch::Tensor scored;     // [B, L] bool: scored_tokens of the batch (core/batch.h)
 };
+
+// Fine-tuning on conversations (a batch with a loss mask; docs/diffusion.md, "Fine-tuning on conversations"), as
+// LLaDA's SFT: only the trained tokens (the responses) are noised and scored, the prompt stays clean and visible;
+// in padded windows the padding after a conversation becomes end-of-text tokens that are part of the response, so
+// the model learns where its answer ends inside a longer canvas (what the adaptive sampler reads). A batch without
+// a loss mask is returned as it is.
+Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id);
 
 class DiffusionObjective : public Objective {
  public:
@@ -68,6 +75,7 @@ class DiffusionObjective : public Objective {
   int64_t logit_chunk_mib_; // objective.logit_chunk_mib
   bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
   bool padded_windows_;     // data.mode = pad: padding keys are masked out
+  int64_t eos_id_;
   uint64_t eval_seed_;      // run.seed: the evaluation's noise
   std::shared_ptr<const NoiseProcess> noise_;
   NoiseSupport support_;

@@ -28,7 +28,7 @@ torch::Tensor sample_training_time(const DiffusionConfig& config, int64_t rows, 
   // u for `count` draws starting at `first` of `total`.
   const auto uniform = [&](int64_t first, int64_t count, int64_t total) {
     if (config.time_sampling == TimeSampling::stratified) return stratified_uniform(first, count, total, device);
-    if (config.time_sampling == TimeSampling::iid) return torch::rand({count}, options);
+    return torch::rand({count}, options);  // TimeSampling::iid
   };
   auto u = uniform(first_row, rows, total_rows).view({rows, 1});
   if (config.time_mix > 0) {

@@ -23,7 +23,7 @@ int consolidate(const ConsolidateOptions& o) {
   const int64_t shards = data.optimizer_shards;
   consolidate_optimizer_shards(data);
   // The ranks' random streams belong to a world size; a consolidated run may resume on another, where each rank
-  // draws a fresh stream (train/distributed.h, restore_rank_rng).
+  // draws a fresh stream (checkpoint/rng_state.h, restore_rank_rng).
   data.state.erase("rng_ranks");
   data.state.erase("world_size");
   data.state["consolidated"] = true;
@@ -40,7 +40,8 @@ struct DistanceOptions {
 };
 
 int distance(const DistanceOptions& o) {
-  const CheckpointData a = load_checkpoint(o.first), b = load_checkpoint(o.second);
+  const CheckpointData a = load_checkpoint(o.first, CheckpointParts::model),
+                       b = load_checkpoint(o.second, CheckpointParts::model);
   const WeightDistance d = weight_distance(a.model, b.model);
   if (o.format == "json") {
     fmt::print("{}\n", nlohmann::json{{"first", a.folder.string()},

@@ -45,7 +45,7 @@ int convert(const ConvertOptions& o) {
   const std::filesystem::path run_dir = o.out;
   if (std::filesystem::exists(run_dir / "checkpoints") && !std::filesystem::is_empty(run_dir / "checkpoints"))
     throw InputError(fmt::format("'{}' already has checkpoints: choose another --out", run_dir.string()));
-  CheckpointData source = load_checkpoint(o.from);
+  CheckpointData source = load_checkpoint(o.from, CheckpointParts::model);
   Config config = config_from_string(source.config_toml, o.from + "/config.toml");
   const ModelConfig plain_config = config.model;
   const int64_t heads = o.heads > 0 ? o.heads : plain_config.n_kv_heads;  // H = n_kv: the MHAR default

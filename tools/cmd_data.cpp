@@ -20,6 +20,11 @@ struct PrepareArgs {
   std::string out;
   std::string format = "text";
   std::string field = "text";
+  // A run's [chat] defaults, so that data prepared without these flags matches a run that sets no [chat].
+  std::string chat_format = choice_name(default_config().chat.format);
+  std::string system = default_config().chat.system;
+  std::string prompt_start = choice_name(default_config().chat.prompt_start);
+  std::string train_on = "responses";
   std::string preset;
   double val_fraction = 0.05;
   std::string val_split = "documents";
@@ -36,6 +41,9 @@ void print_summary(const PrepareSummary& summary, const std::filesystem::path& o
     const double bytes_per_token = split.tokens > 0 ? static_cast<double>(split.text_bytes) / split.tokens : 0.0;
     fmt::print("  {:<5} {:>10} documents {:>12} tokens {:>3} shard(s) {:.3f} bytes/token\n", name, split.documents,
                split.tokens, split.shards.size(), bytes_per_token);
+    if (m.loss_mask)
+      fmt::print("        trained on {} of {} tokens ({:.1f}%): the loss mask\n", split.trained_tokens, split.tokens,
+                 split.tokens > 0 ? 100.0 * static_cast<double>(split.trained_tokens) / split.tokens : 0.0);
   }
   const double seconds = std::max(summary.seconds, 1e-9);
   fmt::print("read {} in {:.2f} s: {}/s, {} tokens/s\n", human_bytes(summary.input_bytes), summary.seconds,
@@ -51,6 +59,15 @@ int run_prepare(const PrepareArgs& args) {
     options.inputs.assign(args.inputs.begin(), args.inputs.end());
     options.format = input_format_from_name(args.format);
     options.jsonl_field = args.field;
+    const PrepareArgs defaults;
+    if (args.format != "chat" && (args.chat_format != defaults.chat_format || args.system != defaults.system ||
+                                  args.prompt_start != defaults.prompt_start || args.train_on != defaults.train_on))
+      throw InputError(fmt::format("--chat-format, --system, --prompt-start and --train-on render conversations: "
+                                   "they need --format chat (not {})",
+                                   args.format));
+    options.chat = {*choice_named<ChatFormat>(args.chat_format), args.system,
+                    *choice_named<PromptStart>(args.prompt_start), {}};
+    options.train_on_all = args.train_on == "all";
   }
   options.out_dir = args.out;
   options.val_fraction = args.val_fraction;
@@ -74,9 +91,22 @@ void add_data_command(CLI::App& app, Action& action) {
   prepare->add_option("--tokenizer", args->tokenizer, "'byte', a tokenizer.json, or a folder holding one")->required();
   prepare->add_option("--out", args->out, "Output folder")->required();
   auto* format = prepare->add_option("--format", args->format, "text: a file is a document; jsonl: a line is; "
-                                                               "fortune: '%'-separated entries are")
-                     ->check(CLI::IsMember({"text", "jsonl", "fortune"}))
+                                                               "fortune: '%'-separated entries are; chat: a JSONL "
+                                                               "line is a conversation, trained on its responses")
+                     ->check(CLI::IsMember({"text", "jsonl", "fortune", "chat"}))
                      ->capture_default_str();
+  prepare->add_option("--chat-format", args->chat_format, "--format chat: how turns render (the run's chat.format)")
+      ->check(CLI::IsMember({"raw", "chatml", "llama3"}))
+      ->capture_default_str();
+  prepare->add_option("--system", args->system, "--format chat: system message of conversations without one "
+                                                "(the run's chat.system)");
+  prepare->add_option("--prompt-start", args->prompt_start, "--format chat: token a conversation starts with "
+                                                            "(the run's chat.prompt_start)")
+      ->check(CLI::IsMember({"none", "bos", "eos"}))
+      ->capture_default_str();
+  prepare->add_option("--train-on", args->train_on, "--format chat: responses (a loss mask on everything else) or all")
+      ->check(CLI::IsMember({"responses", "all"}))
+      ->capture_default_str();
   prepare->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
   prepare->add_option("--val-fraction", args->val_fraction, "Share of documents for validation (see data_prepare.h)")
       ->check(CLI::Range(0.0, 1.0))

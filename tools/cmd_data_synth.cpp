@@ -1,5 +1,6 @@
 // `inkstone data synth`: worked examples of a procedural task as JSONL {"text": prompt + worked answer}, for
-// pretraining a small model on the answer format before RL (`inkstone data prepare --format jsonl` reads it).
+// pretraining a small model on the answer format before RL (`inkstone data prepare --format jsonl` reads it), or
+// with --layout chat as {"prompt", "response"} pairs for fine-tuning on the answers alone (`--format chat`).
 #include <filesystem>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@ struct SynthArgs {
   int64_t difficulty = 1;
   uint64_t seed = 1;
   std::string out;
+  std::string layout = "text";
 };
 
 // Problem `index` of the task as its question and worked answer.
@@ -43,7 +45,9 @@ int run_synth(const SynthArgs& args) {
   AtomicFile out(path);
   for (int64_t index = 0; index < args.num; ++index) {
     const auto [question, worked_answer] = worked_example(args, index);
-    const nlohmann::json line = {{"text", render_prompt(prompt_template, question) + worked_answer}};
+    const std::string prompt = render_prompt(prompt_template, question);
+    const nlohmann::json line = args.layout == "chat" ? nlohmann::json{{"prompt", prompt}, {"response", worked_answer}}
+                                                      : nlohmann::json{{"text", prompt + worked_answer}};
     out.write(line.dump() + "\n");
   }
   out.commit();
@@ -70,6 +74,9 @@ void add_data_synth_command(CLI::App& data, Action& action) {
                    "(small difficulties have few distinct problems and will overlap anyway)")
       ->capture_default_str();
   synth->add_option("--out", args->out, "Output JSONL file")->required();
+  synth->add_option("--layout", args->layout, "text: {\"text\": prompt + answer}; chat: {\"prompt\", \"response\"}")
+      ->check(CLI::IsMember({"text", "chat"}))
+      ->capture_default_str();
   synth->callback([&action, args] { action = [args] { return run_synth(*args); }; });
 }
 

@@ -69,7 +69,7 @@ int export_hf(const ExportOptions& o) {
   if (fs::exists(out) && !(fs::is_directory(out) && fs::is_empty(out)))
     throw InputError(fmt::format("'{}' already exists: choose another --out", out.string()));
   const uint64_t shard_bytes = parse_size(o.shard_size);
-  const CheckpointData checkpoint = load_checkpoint(o.source);
+  const CheckpointData checkpoint = load_checkpoint(o.source, CheckpointParts::model);
   const Config config = config_from_string(checkpoint.config_toml, o.source + "/config.toml");
   const auto tokenizer = tokenizer_from_json(checkpoint.tokenizer, o.source + "/tokenizer.json");
   const std::string architecture = hf_architecture_for(config.model);

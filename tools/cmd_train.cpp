@@ -69,29 +69,6 @@ int report_stop(bool main, int signal, int64_t steps_done, const std::filesystem
   return 128 + signal;
 }
 
-// Objectives that consume rollouts post-train a pretrained policy: no dataset, the model from rl.init_checkpoint
-// (loaded on resume too: it is the reference model of rl.reference = initial), whose architecture, data settings
-// and prompt format (an imported chat model's chatml, unless this config sets [chat] itself) the run adopts.
-struct Policy {
-  LanguageModel model{nullptr};
-  std::shared_ptr<const Tokenizer> tokenizer;
-};
-Policy adopt_initial_policy(Config& config, const torch::Device& device) {
-  if (config.rl.init_checkpoint.empty())
-    throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
-                                 config.objective.name));
-  TrainedModel init = load_trained_model(config.rl.init_checkpoint, device.str());
-  set_threads(config.run.threads);
-  config.model = init.config.model;
-  config.data = init.config.data;  // validated with that architecture (RL reads no corpus)
-  const ChatConfig defaults = default_config().chat;
-  const ChatConfig& chat = config.chat;
-  if (chat.format == defaults.format && chat.system == defaults.system && chat.prompt_start == defaults.prompt_start &&
-      chat.stop_tokens == defaults.stop_tokens)
-    config.chat = init.config.chat;
-  return {init.model, init.tokenizer};
-}
-
 // metrics.sample_prompts (or the [sample] prompt) sampled from the session's model; a prompt that leaves no room
 // for sample.max_new_tokens in the context is refused here rather than at the first sampling step.
 SampleTexts training_samples(TrainingSession& session) {
@@ -146,38 +123,34 @@ int train(const TrainOptions& o) {
                                  run_dir.string()));
   }
 
-  RunContext ctx = prepare_run(config);
+  // The run's config is final once the initial checkpoint is adopted: an RL policy's architecture and tokenizer, or
+  // the architecture a run on token windows takes from train.init_checkpoint.
   const bool rollouts = objective_batch_kind(config.objective.name) == BatchKind::rollouts;
+  if (rollouts && !config.train.init_checkpoint.empty())
+    throw InputError(fmt::format("train.init_checkpoint applies to objectives that train on token windows; "
+                                 "objective '{}' starts from rl.init_checkpoint (also its reference policy)",
+                                 config.objective.name));
   std::optional<InitialCheckpoint> initial;
-  if (!config.train.init_checkpoint.empty()) {
-    if (rollouts)
-      throw InputError(fmt::format("train.init_checkpoint applies to objectives that train on token windows; "
-                                   "objective '{}' starts from rl.init_checkpoint (also its reference policy)",
-                                   config.objective.name));
+  if (rollouts) initial = adopt_initial_policy(config);
+  RunContext ctx = prepare_run(config, initial ? initial->tokenizer : nullptr);
+  if (!rollouts && !config.train.init_checkpoint.empty())
     initial = adopt_initial_checkpoint(config, given_keys(o.config_path, o.overrides), *ctx.tokenizer);
-  }
   // A data-parallel rank: its own GPU, its share of each batch; rank 0 alone prints and writes the run folder.
   auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();
-  LanguageModel model{nullptr};
-  if (rollouts) {
-    Policy policy = adopt_initial_policy(config, ctx.device);
-    model = policy.model;
-    ctx.tokenizer = policy.tokenizer;
-  } else {
-    model = build_model_for(config, *ctx.tokenizer, ctx.device);
-  }
-  if (initial && !checkpoint) {
+  LanguageModel model = build_model_for(config, *ctx.tokenizer, ctx.device);
+  // The initial weights: always for an RL policy (they are its reference policy too, on --resume as well), and for
+  // a run on windows until it has checkpoints of its own.
+  if (initial && (rollouts || !checkpoint)) {
     const auto fresh = load_initial_weights(*model, *initial);
     initial->notes.insert(initial->notes.end(), fresh.begin(), fresh.end());
   }
-  if (initial) initial->checkpoint.model = {};  // in the model now, or the run's own checkpoint's on --resume
   auto objective = make_objective(config, *ctx.tokenizer);  // sized for the final architecture (FlowRL's log Z head)
   if (main) {
     print_run_header(config, model, run_dir, ctx.device);
     if (initial && !checkpoint) {
       fmt::print("starting from {} (step {}, objective {}): weights only, a fresh optimizer and schedule\n",
-                 config.train.init_checkpoint, initial->checkpoint.step, initial->config.objective.name);
+                 initial->checkpoint.folder.string(), initial->checkpoint.step, initial->config.objective.name);
       for (const auto& note : initial->notes) fmt::print("  {}\n", note);
     }
     if (launch.distributed()) fmt::print("data parallel: {} ranks\n", launch.world_size);

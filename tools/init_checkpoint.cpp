@@ -24,6 +24,18 @@ std::string change_note(const std::string& key) {
   return "no weight changes";
 }
 
+// The checkpoint's description, read for config key `key` (its value is `path`).
+InitialCheckpoint read_description(const std::string& key, const std::string& path) {
+  if (!std::filesystem::exists(path))
+    throw InputError(fmt::format("{} = '{}' does not exist (a run, checkpoint or `import hf` folder)", key, path));
+  InitialCheckpoint initial;
+  initial.key = key;
+  initial.checkpoint = load_checkpoint(path, CheckpointParts::description);
+  initial.config = config_from_string(initial.checkpoint.config_toml, path + "/config.toml");
+  initial.tokenizer = tokenizer_from_json(initial.checkpoint.tokenizer, path + "/tokenizer.json");
+  return initial;
+}
+
 }  // namespace
 
 bool may_differ_from_initial_checkpoint(const std::string& model_key) {
@@ -39,14 +51,8 @@ bool may_differ_from_initial_checkpoint(const std::string& model_key) {
 InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::string>& given,
                                            const Tokenizer& data_tokenizer) {
   const std::string& path = config.train.init_checkpoint;
-  if (!std::filesystem::exists(path))
-    throw InputError(fmt::format("train.init_checkpoint = '{}' does not exist (a run, checkpoint or `import hf` "
-                                 "folder)",
-                                 path));
-  InitialCheckpoint initial;
-  initial.checkpoint = load_checkpoint(path);
-  initial.config = config_from_string(initial.checkpoint.config_toml, path + "/config.toml");
-  const auto tokenizer = tokenizer_from_json(initial.checkpoint.tokenizer, path + "/tokenizer.json");
+  InitialCheckpoint initial = read_description("train.init_checkpoint", path);
+  const auto& tokenizer = initial.tokenizer;
   if (tokenizer->fingerprint() != data_tokenizer.fingerprint())
     throw InputError(fmt::format("train.init_checkpoint '{}' was trained with another tokenizer ({}, {} ids) than "
                                  "data.path '{}' is prepared with ({}, {} ids): prepare the data with the "
@@ -79,9 +85,33 @@ InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::s
   return initial;
 }
 
+InitialCheckpoint adopt_initial_policy(Config& config) {
+  const std::string& path = config.rl.init_checkpoint;
+  if (path.empty())
+    throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
+                                 config.objective.name));
+  InitialCheckpoint initial = read_description("rl.init_checkpoint", path);
+  const ObjectiveNeeds trained = make_objective(initial.config, *initial.tokenizer)->needs();
+  if (trained.mask != MaskMode::causal)
+    throw InputError(fmt::format("rl.init_checkpoint '{}' was trained by objective '{}', which attends both ways: "
+                                 "objective '{}' decodes its policy left to right; start from an autoregressive "
+                                 "checkpoint",
+                                 path, initial.config.objective.name, config.objective.name));
+  config.model = initial.config.model;
+  config.data = initial.config.data;
+  const ChatConfig defaults = default_config().chat;
+  const ChatConfig& chat = config.chat;
+  if (chat.format == defaults.format && chat.system == defaults.system && chat.prompt_start == defaults.prompt_start &&
+      chat.stop_tokens == defaults.stop_tokens)
+    config.chat = initial.config.chat;
+  config = config_from_string(config_to_toml(config), path + " adopted into the run's config");
+  return initial;
+}
+
 std::vector<std::string> load_initial_weights(LanguageModelImpl& model, const InitialCheckpoint& initial) {
   const std::string path = initial.checkpoint.folder.string();
-  std::map<std::string, torch::Tensor> unused(initial.checkpoint.model.begin(), initial.checkpoint.model.end());
+  const NamedTensors weights = load_checkpoint(initial.checkpoint.folder, CheckpointParts::model).model;
+  std::map<std::string, torch::Tensor> unused(weights.begin(), weights.end());
   NamedTensors present;
   std::vector<std::string> fresh;
   for (const auto& item : model.named_parameters()) {
@@ -94,7 +124,7 @@ std::vector<std::string> load_initial_weights(LanguageModelImpl& model, const In
     unused.erase(it);
   }
   if (!unused.empty())
-    throw InputError(fmt::format("train.init_checkpoint '{}': weight '{}' has no place in this model", path,
+    throw InputError(fmt::format("{} '{}': weight '{}' has no place in this model", initial.key, path,
                                  unused.begin()->first));
   // Untied from the embedding, the head starts as that embedding, so the logits stay the checkpoint's.
   const auto head = std::find(fresh.begin(), fresh.end(), "head.weight");

@@ -1,8 +1,11 @@
-// train.init_checkpoint (docs/training.md, "Starting from a checkpoint"): a run on token windows that starts from
-// the weights of another run's checkpoint (or of a model brought in by `inkstone import hf`), with a fresh optimizer
-// and schedule: continued pretraining, fine-tuning, and AR -> diffusion adaptation (a checkpoint trained causally
-// and a diffusion objective, which attends both ways).
+// Runs that start from another run's checkpoint (or a model brought in by `inkstone import hf`), with a fresh
+// optimizer and schedule. train.init_checkpoint (docs/training.md, "Starting from a checkpoint"): a run on token
+// windows, for continued pretraining, fine-tuning and AR -> diffusion adaptation (a checkpoint trained causally and
+// a diffusion objective, which attends both ways). rl.init_checkpoint (docs/rl.md): the policy an RL run trains.
+// Adoption reads only the checkpoint's description and rewrites the run's config once, before the run is set up;
+// the weights are loaded into the model built from that config.
 #pragma once
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -21,8 +24,10 @@ namespace inkstone::cli {
 bool may_differ_from_initial_checkpoint(const std::string& model_key);
 
 struct InitialCheckpoint {
-  CheckpointData checkpoint;
-  Config config;                   // the checkpoint's own
+  std::string key;            // the config key that named it: train.init_checkpoint or rl.init_checkpoint
+  CheckpointData checkpoint;  // its description (CheckpointParts::description): no weights
+  Config config;              // the checkpoint's own
+  std::shared_ptr<const Tokenizer> tokenizer;
   std::vector<std::string> notes;  // what the run changes, for the run header
 };
 
@@ -32,6 +37,13 @@ struct InitialCheckpoint {
 // data's tokenizer must be the checkpoint's (the ids must mean the same tokens). `config` is validated again.
 InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::string>& given,
                                            const Tokenizer& data_tokenizer);
+
+// Reads rl.init_checkpoint for an objective that trains on rollouts: the run adopts the checkpoint's architecture
+// and data settings (RL reads no corpus, but they are validated with the architecture) and its prompt format (an
+// imported chat model's chatml) unless the run's config sets [chat] itself; `config` is validated again. The
+// policy must generate left to right: a checkpoint trained by an objective that attends both ways (a diffusion
+// model) is an InputError naming it, never decoded as a causal model.
+InitialCheckpoint adopt_initial_policy(Config& config);
 
 // Loads the checkpoint's weights into `model` (built from the adopted config): every weight must find its
 // parameter; a head untied from the embedding starts as the embedding; other parameters the checkpoint lacks (the

@@ -19,25 +19,21 @@ std::filesystem::path resolve_run_dir(const Config& config, const std::string& c
   return std::filesystem::path("runs") / config.run.name;
 }
 
-RunContext prepare_run(const Config& config) {
+RunContext prepare_run(const Config& config, std::shared_ptr<const Tokenizer> tokenizer) {
   set_threads(config.run.threads);
   warn_if_reference_blas();
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   RunContext ctx;
   ctx.device = resolve_device(config.run.device);
   allow_tf32(config.run.tf32);
-  ctx.tokenizer = load_run_tokenizer(config);
+  ctx.tokenizer = tokenizer ? std::move(tokenizer) : load_run_tokenizer(config);
   return ctx;
 }
 
 std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
-  // RL runs have no dataset: their tokenizer is the one stored with the checkpoint they start from.
-  const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer
-                                     : !config.data.path.empty()    ? config.data.path
-                                                                    : config.rl.init_checkpoint;
+  const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer : config.data.path;
   if (tokenizer_spec.empty())
-    throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare` (RL runs: set "
-                     "rl.init_checkpoint)");
+    throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare`");
   // The data folder carries the tokenizer it was prepared with: a folder not prepared yet is said as such, with
   // the command that makes it, rather than as a tokenizer that cannot be found.
   if (config.data.tokenizer.empty() && tokenizer_spec == config.data.path) {
@@ -51,6 +47,27 @@ std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
                                    config.data.path));
   }
   return load_tokenizer(tokenizer_spec);
+}
+
+void check_conversation_settings(const Config& config, const Manifest& manifest) {
+  const std::string& path = config.data.path;
+  if (manifest.loss_mask && config.data.mode == WindowMode::pack && !config.data.document_mask)
+    throw InputError(fmt::format("data.path = '{}' holds conversations with loss masks: packed windows must keep "
+                                 "them apart (set data.document_mask = true, or data.mode = \"pad\")",
+                                 path));
+  if (!manifest.chat) return;
+  const ChatRecord& chat = *manifest.chat;
+  const ChatRecord run{choice_name(config.chat.format), config.chat.system, choice_name(config.chat.prompt_start)};
+  const auto differs = [&](const char* key, const std::string& prepared, const std::string& here) {
+    if (prepared != here)
+      throw InputError(fmt::format("data.path = '{}' renders conversations with chat.{} = '{}' but this run has "
+                                   "'{}': set [chat] as the data was prepared (docs/training.md, \"Fine-tuning on "
+                                   "conversations\"), so that prompts are rendered as the model was trained",
+                                   path, key, prepared, here));
+  };
+  differs("format", chat.format, run.format);
+  differs("system", chat.system, run.system);
+  differs("prompt_start", chat.prompt_start, run.prompt_start);
 }
 
 TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,
@@ -68,6 +85,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
   TrainingData data;
   data.train = std::make_shared<WindowLoader>(config.data.path, options("train"));
   data.val = std::make_shared<WindowLoader>(config.data.path, options("val"));
+  check_conversation_settings(config, data.train->manifest());
   return data;
 }
 
@@ -124,7 +142,7 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
 }
 
 TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const std::string& device) {
-  CheckpointData checkpoint = load_checkpoint(checkpoint_or_run_dir);
+  CheckpointData checkpoint = load_checkpoint(checkpoint_or_run_dir, CheckpointParts::model);
   TrainedModel trained;
   trained.config = config_from_string(checkpoint.config_toml, checkpoint_or_run_dir + "/config.toml");
   set_threads(trained.config.run.threads);

@@ -20,10 +20,16 @@ struct RunContext {
   torch::Device device = torch::kCPU;
   std::shared_ptr<const Tokenizer> tokenizer;
 };
-// Threads, BLAS check, seed, device and tokenizer for a config.
-RunContext prepare_run(const Config& config);
-// The run's tokenizer alone (data.tokenizer, else the data folder's, else the RL starting checkpoint's).
+// Threads, BLAS check, seed, device and tokenizer for a config: `tokenizer` where the run's comes from elsewhere
+// (an RL policy's checkpoint), else load_run_tokenizer's.
+RunContext prepare_run(const Config& config, std::shared_ptr<const Tokenizer> tokenizer = nullptr);
+// The run's tokenizer alone: data.tokenizer, else the data folder's.
 std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config);
+
+// A data folder of conversations (`data prepare --format chat`) trains only where its prompts render as this run
+// renders them ([chat] equal to what the folder records) and, packed, with documents kept apart: InputError
+// naming the key otherwise.
+void check_conversation_settings(const Config& config, const Manifest& manifest);
 
 struct TrainingData {
   std::shared_ptr<const WindowLoader> train;

@@ -10,7 +10,7 @@
 #include "core/batch.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
-#include "train/distributed.h"
+#include "train/gradient_synchroniser.h"
 
 namespace inkstone {
 

@@ -136,10 +136,7 @@ TrainingSession::TrainingSession(Config config, LanguageModel model, std::unique
   decides_on_device_ = optimizer_->runs_fused_kernel() && !spike_guard_.enabled();
 
   if (distributed_->active()) {
-    // Each rank draws its own noise (diffusion times, dropout); rank 0 keeps the single-process stream.
-    if (!distributed_->is_main())
-      torch::manual_seed(counter_hash({static_cast<uint64_t>(config_.run.seed),
-                                       static_cast<uint64_t>(distributed_->rank())}));
+    if (!distributed_->is_main()) seed_rank_stream(static_cast<uint64_t>(config_.run.seed), distributed_->rank());
     const auto bucket_bytes = static_cast<int64_t>(config_.distributed.bucket_mb * 1024 * 1024);
     synchroniser_ =
         std::make_unique<GradientSynchroniser>(*distributed_, optimized_, bucket_bytes, std::move(gradient_owners));
@@ -154,7 +151,7 @@ void TrainingSession::resume(const CheckpointData& checkpoint, StepSource& sourc
   load_module_weights(*model_, checkpoint.model, origin);
   if (auto own = objective_->trainable()) load_module_weights(*own, checkpoint.objective, origin + " objective");
   restore_optimizer(checkpoint, origin);
-  restore_rank_rng(checkpoint.state, *distributed_, checkpoint.step);
+  restore_rank_rng(checkpoint.state, distributed_->rank(), distributed_->world_size(), checkpoint.step);
   if (const auto saved = checkpoint.state.find("spike_guard"); saved != checkpoint.state.end())
     spike_guard_.restore(*saved, origin);
   step_ = checkpoint.step;
@@ -354,7 +351,8 @@ void TrainingSession::skip_update(int64_t step, nlohmann::json line, const std::
 }
 
 std::filesystem::path TrainingSession::save(const StepSource& source) {
-  const nlohmann::json rank_state = rank_checkpoint_state(*distributed_, step_);
+  // Every rank's generators, gathered on rank 0 through the store.
+  const auto rank_rng = distributed_->gather_to_main(fmt::format("rng/{}", step_), capture_rng_state().dump());
   const ResidentUnits whole = model_->whole_parameters();  // ZeRO-3: rank 0 writes every weight
   CheckpointData data;
   if (zero_) {
@@ -370,12 +368,11 @@ std::filesystem::path TrainingSession::save(const StepSource& source) {
   if (auto own = objective_->trainable()) data.objective = module_weights(*own);
   if (!zero_) data.optimizer = export_optimizer_state();
   data.state = {{"elapsed_s", elapsed_s()},
-                {"rng", capture_rng_state()},
                 {"optimizer", adamw_hyperparameters(*optimizer_)},
                 {"objective", objective_->name()},
                 {"spike_guard", spike_guard_.state()}};
   data.state.update(source.checkpoint_state());
-  data.state.update(rank_state);
+  data.state.update(run_rng_record(rank_rng));
   data.config_toml = config_to_toml(config_);
   data.tokenizer = tokenizer_->to_json();
   return save_checkpoint(run_dir_, data, config_.train.keep_checkpoints);

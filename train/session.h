@@ -25,7 +25,7 @@
 #include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
-#include "train/distributed.h"
+#include "train/gradient_synchroniser.h"
 #include "train/gradient_accumulation.h"
 #include "train/master_weights.h"
 #include "train/metrics_log.h"

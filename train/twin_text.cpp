@@ -22,6 +22,7 @@ TokenBatch RowInjection::apply(TokenBatch batch, int64_t rank) const {
   if (local < 0 || local >= batch.rows) return batch;
   std::copy(tokens_.begin(), tokens_.end(), batch.tokens.begin() + local * batch.cols);
   std::fill_n(batch.real.begin() + local * batch.cols, tokens_.size(), uint8_t{1});
+  if (!batch.trained.empty()) std::fill_n(batch.trained.begin() + local * batch.cols, tokens_.size(), uint8_t{1});
   return batch;
 }
 

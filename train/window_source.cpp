@@ -25,9 +25,14 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
   const int64_t rows = row_end - row_begin;
   auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
                                  {rows, batch.cols}, torch::kInt32);
-  auto real = torch::from_blob(const_cast<uint8_t*>(batch.real.data()) + row_begin * batch.cols,
-                               {rows, batch.cols}, torch::kUInt8);
-  return {upload(tokens, device, torch::kLong), upload(real, device, torch::kBool), row_begin, batch.rows};
+  const auto flags = [&](const std::vector<uint8_t>& values) {
+    const auto host = torch::from_blob(const_cast<uint8_t*>(values.data()) + row_begin * batch.cols,
+                                       {rows, batch.cols}, torch::kUInt8);
+    return upload(host, device, torch::kBool);
+  };
+  Batch out{upload(tokens, device, torch::kLong), flags(batch.real), row_begin, batch.rows};
+  if (!batch.trained.empty()) out.loss_mask = flags(batch.trained);
+  return out;
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,

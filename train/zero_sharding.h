@@ -1,7 +1,7 @@
 // ZeRO sharding over the data-parallel ranks (Rajbhandari et al., ZeRO, 2020; docs/training.md, "ZeRO"): each
 // parameter is owned by one rank, which alone keeps its AdamW moments and applies its update, then sends the
 // updated values to the others. Stage 1 shards the optimizer state; stage 2 also reduces each gradient only to its
-// owner (train/distributed.h, GradientSynchroniser); stage 3 also keeps the weights of the residual branches on
+// owner (train/gradient_synchroniser.h); stage 3 also keeps the weights of the residual branches on
 // their owner only, gathered around each use (train/parameter_gathering.h). Whole tensors are assigned, balanced
 // by size, so each rank steps an ordinary libtorch AdamW over its own parameters and the update is the unsharded
 // one exactly.

@@ -220,6 +220,91 @@ TEST(PrepareJsonl, ReadsTheNamedFieldAndNamesTheBadLine) {
   EXPECT_EQ(input_error_of([&] { prepare_data(options, tokenizer); }), (dir / "bad.jsonl").string() + ":1: not valid JSON");
 }
 
+// The loss mask of one split, in token order.
+std::vector<uint8_t> split_loss_mask(const fs::path& dir, const std::string& split) {
+  const Manifest manifest = read_manifest(dir);
+  SplitTokens tokens(dir, manifest, split, /*verify=*/true);
+  std::vector<uint8_t> mask(static_cast<size_t>(tokens.size()));
+  tokens.read_loss_mask(0, tokens.size(), mask.data());
+  return mask;
+}
+
+std::vector<uint8_t> bits(const std::string& text) {
+  std::vector<uint8_t> out;
+  for (char c : text) out.push_back(c == '1');
+  return out;
+}
+
+TEST(PrepareChat, ConversationsCarryALossMaskOnTheirResponses) {
+  const auto dir = testing::temp_dir("prepare_chat");
+  write_text(dir / "chat.jsonl",
+             "{\"prompt\": \"2+2=\", \"response\": \"4\"}\n"
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+             "\"content\": \"yo\"}, {\"role\": \"user\", \"content\": \"?\"}, {\"role\": \"assistant\", "
+             "\"content\": \"!\"}]}\n");
+  FakeTokenizer tokenizer;
+  auto options = options_for({dir / "chat.jsonl"}, dir / "out", InputFormat::chat);
+  const Manifest m = prepare_data(options, tokenizer).manifest;
+  EXPECT_EQ(split_documents(dir / "out", "train"), (std::vector<std::string>{"2+2=4", "hiyo?!"}));
+  // "2+2=" | "4" eos, then "hi" | "yo" | "?" | "!" eos.
+  EXPECT_EQ(split_loss_mask(dir / "out", "train"), bits("0000110011011"));
+  EXPECT_TRUE(m.loss_mask);
+  EXPECT_EQ(m.splits.at("train").tokens, 13);
+  EXPECT_EQ(m.splits.at("train").trained_tokens, 6);
+  EXPECT_EQ(m.splits.at("train").text_bytes, 11);
+  ASSERT_TRUE(m.chat.has_value());
+  EXPECT_EQ(m.chat->format, "raw");
+  EXPECT_EQ(manifest_to_json(read_manifest(dir / "out")), manifest_to_json(m));
+
+  // Windows carry the mask: pad mode gives each conversation its own row, padding untrained.
+  WindowLoaderOptions window;
+  window.window_len = 8;
+  window.mode = WindowMode::pad;
+  const WindowLoader loader(dir / "out", window);
+  const TokenBatch batch = loader.eval_batch(0, 2);
+  EXPECT_EQ(batch.trained, bits("00001100" "00110110"));
+
+  options.train_on_all = true;
+  prepare_data(options, tokenizer);
+  EXPECT_EQ(split_loss_mask(dir / "out", "train"), bits("1111111111111"));
+}
+
+TEST(PrepareChat, MalformedConversationsNameTheLineAndTheKey) {
+  const auto dir = testing::temp_dir("prepare_chat_bad");
+  FakeTokenizer tokenizer;
+  const auto refusal = [&](const std::string& line) {
+    write_text(dir / "bad.jsonl", "{\"prompt\": \"a\", \"completion\": \"b\"}\n" + line + "\n");
+    return input_error_of([&] {
+      prepare_data(options_for({dir / "bad.jsonl"}, dir / "out", InputFormat::chat), tokenizer);
+    });
+  };
+  const std::string at = (dir / "bad.jsonl").string() + ":2: ";
+  EXPECT_EQ(refusal("{\"messages\": [{\"role\": \"bot\", \"content\": \"x\"}]}"),
+            at + "'messages[0].role' is 'bot' (expected system, user or assistant)");
+  EXPECT_EQ(refusal("{\"messages\": [{\"role\": \"user\", \"content\": 3}]}"),
+            at + "'messages[0].content' must be a string");
+  EXPECT_EQ(refusal("{\"messages\": [{\"role\": \"user\", \"content\": \"x\"}]}"),
+            at + "the conversation has no assistant message to train on");
+  EXPECT_EQ(refusal("{\"prompt\": \"x\"}"), at + "'prompt' without 'response' (or 'completion')");
+  EXPECT_EQ(refusal("{\"text\": \"x\"}"), at + "a conversation needs 'messages' or 'prompt' and 'response'");
+  EXPECT_EQ(refusal("[1]"), at + "a conversation must be a JSON object");
+}
+
+TEST(PrepareChat, ADamagedLossMaskIsRefusedByFile) {
+  const auto dir = testing::temp_dir("prepare_chat_damaged");
+  write_text(dir / "chat.jsonl", "{\"prompt\": \"ab\", \"response\": \"cd\"}\n");
+  FakeTokenizer tokenizer;
+  prepare_data(options_for({dir / "chat.jsonl"}, dir / "out", InputFormat::chat), tokenizer);
+  const auto mask = dir / "out" / "train_00000.mask";
+  write_text(mask, std::string("\x00\x00\x02\x01\x01", 5));
+  const Manifest manifest = read_manifest(dir / "out");
+  EXPECT_NE(input_error_of([&] { SplitTokens(dir / "out", manifest, "train", true); }).find(mask.string() + ": checksum mismatch"),
+            std::string::npos);
+  write_text(mask, std::string("\x00\x01", 2));
+  EXPECT_EQ(input_error_of([&] { SplitTokens(dir / "out", manifest, "train", false); }),
+            mask.string() + ": 2 bytes but its shard holds 5 tokens (one mask byte each)");
+}
+
 TEST(PrepareInputs, MissingEmptyOrDocumentlessInputsAreInputErrors) {
   const auto dir = testing::temp_dir("prepare_inputs");
   FakeTokenizer tokenizer;

@@ -66,6 +66,51 @@ TEST(PromptFormat, StartTokens) {
   }
 }
 
+// Training renders a conversation so that everything before an assistant's content is the prompt `render` gives at
+// sampling time; the response segments are the content and its turn's end marker.
+TEST(PromptFormat, AConversationRendersItsPromptsAsSamplingDoes) {
+  const auto tokenizer = chat_tokenizer();
+  const std::vector<ChatMessage> messages = {{"user", "2+2?"}, {"assistant", "4"}};
+  for (const char* name : {"raw", "chatml", "llama3"}) {
+    ChatConfig c = chat(name, "none");
+    c.system = "Be brief.";
+    const PromptFormat format(c, *tokenizer);
+    const auto segments = format.render_conversation(messages);
+    std::string prompt, response;
+    for (const auto& segment : segments) {
+      if (segment.response) response += segment.text;
+      else if (response.empty()) prompt += segment.text;
+    }
+    EXPECT_EQ(prompt, format.render("2+2?")) << name;
+    const std::string end = std::string(name) == "chatml" ? "<|im_end|>" : std::string(name) == "llama3" ? "<|eot_id|>" : "";
+    EXPECT_EQ(response, "4" + end) << name;
+  }
+}
+
+TEST(PromptFormat, AnEncodedConversationMasksEverythingButTheResponses) {
+  const auto tokenizer = chat_tokenizer();
+  const PromptFormat format(chat("chatml", "eos"), *tokenizer);
+  const std::vector<ChatMessage> messages = {
+      {"system", "Count."}, {"user", "one"}, {"assistant", "two"}, {"user", "three"}, {"assistant", "four"}};
+  const EncodedConversation encoded = format.encode_conversation(messages, /*train_on_all=*/false);
+  ASSERT_EQ(encoded.ids.size(), encoded.trained.size());
+  EXPECT_EQ(encoded.ids.front(), tokenizer->specials().eos);  // the start token, not trained
+  EXPECT_EQ(encoded.trained.front(), 0);
+  std::vector<int32_t> trained_ids, expected;
+  for (size_t i = 0; i < encoded.ids.size(); ++i)
+    if (encoded.trained[i]) trained_ids.push_back(encoded.ids[i]);
+  for (const char* text : {"two<|im_end|>", "four<|im_end|>"}) {
+    const auto ids = tokenizer->encode(text);
+    expected.insert(expected.end(), ids.begin(), ids.end());
+  }
+  EXPECT_EQ(trained_ids, expected);
+  // The conversation's own system message replaces none (chat.system is empty) and renders as a turn.
+  EXPECT_EQ(format.render_conversation(messages).front().text, "<|im_start|>system\nCount.<|im_end|>\n");
+  const auto all = format.encode_conversation(messages, /*train_on_all=*/true);
+  EXPECT_EQ(all.ids, encoded.ids);
+  EXPECT_TRUE(std::all_of(all.trained.begin(), all.trained.end(), [](uint8_t v) { return v == 1; }));
+}
+
 TEST(PromptFormat, RefusesAStopTokenThatIsSeveralTokens) {
   const auto tokenizer = chat_tokenizer();
   try {

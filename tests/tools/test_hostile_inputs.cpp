@@ -124,6 +124,8 @@ fs::path* HostileInputs::dir_ = nullptr;
 fs::path* HostileInputs::config_ = nullptr;
 
 // Every file of a checkpoint but state.json is covered by the xxh64 that state.json records.
+// Every command verifies the files it reads: sampling reads the model, its config and its tokenizer; rewriting a
+// checkpoint (`checkpoint consolidate`) reads the optimizer state too.
 TEST_F(HostileInputs, CorruptCheckpointFilesAreRefused) {
   Outcome outcome;
   std::mt19937_64 rng(2026);
@@ -132,8 +134,12 @@ TEST_F(HostileInputs, CorruptCheckpointFilesAreRefused) {
       for (int seed = 0; seed < 2; ++seed) {
         const auto folder = copy_of(checkpoint(), "checkpoint");
         write_all(folder / file, mutate_bytes(read_all(folder / file), kind, rng));
-        run_case(fmt::format("{} mutation {} #{}", file, kind, seed),
-                 {"sample", "--checkpoint", folder.string(), "--prompt", "the cat"}, Expect::refusal, outcome);
+        const std::vector<std::string> reader =
+            std::string(file) == "optimizer.safetensors"
+                ? std::vector<std::string>{"checkpoint", "consolidate", folder.string(), "--out",
+                                           (folder.parent_path() / (folder.filename().string() + "-out")).string()}
+                : std::vector<std::string>{"sample", "--checkpoint", folder.string(), "--prompt", "the cat"};
+        run_case(fmt::format("{} mutation {} #{}", file, kind, seed), reader, Expect::refusal, outcome);
       }
     }
   }

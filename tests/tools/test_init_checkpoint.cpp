@@ -8,6 +8,7 @@
 
 #include "checkpoint/checkpoint.h"
 #include "config/config.h"
+#include "core/errors.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
 #include "tools/init_checkpoint.h"
@@ -58,6 +59,8 @@ TEST_F(InitCheckpoint, AdoptsTheArchitectureAndStartsFromTheCheckpointsLogits) {
   EXPECT_EQ(config.model.max_seq_len, 32);
   EXPECT_EQ(initial.checkpoint.step, 3);
   EXPECT_TRUE(initial.notes.empty());
+  EXPECT_TRUE(initial.checkpoint.model.empty());  // adoption reads the description, not the weights
+  EXPECT_TRUE(initial.checkpoint.optimizer.empty());
 
   auto model = build_language_model(config.model, tokenizer->vocab_size());
   EXPECT_TRUE(cli::load_initial_weights(*model, initial).empty());
@@ -129,6 +132,50 @@ TEST_F(InitCheckpoint, AnotherArchitectureAMissingFolderAndAnotherTokenizerAreRe
   EXPECT_EQ(other.exit_code, 2) << other.output;
   EXPECT_NE(other.output.find("was trained with another tokenizer (byte, 260 ids)"), std::string::npos)
       << other.output;
+}
+
+// Adopting an architecture reads config.toml and tokenizer.json only: a damaged weights file is found when the
+// weights are loaded, and --dry-run (which loads none) plans the adopted model without reading them.
+TEST_F(InitCheckpoint, AdoptionReadsNoWeights) {
+  const auto copy = *dir_ / "damaged";
+  fs::copy(base(), copy, fs::copy_options::recursive);
+  const auto step = copy / "checkpoints" / "step_000003";
+  fs::resize_file(step / "model.safetensors", fs::file_size(step / "model.safetensors") / 2);
+
+  const std::string init = "train.init_checkpoint=\"" + copy.string() + "\"";
+  Config config = load_config(tuned_config().string(), {init});
+  const auto tokenizer = cli::load_run_tokenizer(config);
+  const auto initial = cli::adopt_initial_checkpoint(config, given_keys(tuned_config().string(), {}), *tokenizer);
+  EXPECT_EQ(config.model.d_model, 32);
+  auto model = build_language_model(config.model, tokenizer->vocab_size());
+  try {
+    cli::load_initial_weights(*model, initial);
+    ADD_FAILURE() << "a truncated model.safetensors was loaded";
+  } catch (const InputError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.safetensors: truncated"), std::string::npos) << e.what();
+  }
+
+  const auto planned = run_cli({"train", tuned_config().string(), "--dry-run", "--set", init});
+  EXPECT_EQ(planned.exit_code, 0) << planned.output;
+}
+
+// An RL objective decodes its policy left to right: a diffusion checkpoint as rl.init_checkpoint is refused by
+// name before anything is built, not sampled as if it were causal.
+TEST_F(InitCheckpoint, ADiffusionCheckpointIsRefusedAsAnAutoregressivePolicy) {
+  const auto diffusion = (*dir_ / "mdlm-policy").string();
+  const auto trained = run_cli({"train", tuned_config().string(), "--run-dir", diffusion, "--set",
+                                "objective.name=\"masked_diffusion\"", "--set", "train.steps=1"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  std::ofstream(*dir_ / "grpo.toml") << "[run]\nthreads = 1\ndevice = \"cpu\"\n"
+                                     << "[objective]\nname = \"grpo\"\n"
+                                     << "[rl]\ninit_checkpoint = \"" << diffusion << "\"\n"
+                                     << "[train]\nsteps = 1\n";
+  const auto rl = run_cli({"train", (*dir_ / "grpo.toml").string(), "--run-dir", (*dir_ / "grpo").string()});
+  EXPECT_EQ(rl.exit_code, 2) << rl.output;
+  EXPECT_NE(rl.output.find("rl.init_checkpoint '" + diffusion + "' was trained by objective 'masked_diffusion', "
+                           "which attends both ways"),
+            std::string::npos)
+      << rl.output;
 }
 
 // --resume reads the architecture from the initial checkpoint again and the weights from the run's own.

@@ -23,7 +23,7 @@
 #include "rl/rollout_source.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
-#include "train/distributed.h"
+#include "train/gradient_synchroniser.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
 #include "train/window_source.h"

@@ -1,0 +1,113 @@
+// Fine-tuning on conversations (docs/training.md, "Fine-tuning on conversations"): with a loss mask the AR
+// objective scores only the masked targets, whose context includes the prompt, and the diffusion objectives noise
+// and score only the response, the prompt staying clean, with padding turned into trained end-of-text tokens.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include "objectives/ar.h"
+#include "objectives/diffusion_objective.h"
+#include "objectives/diffusion_time.h"
+#include "tests/fixtures.h"
+#include "tests/objectives/diffusion_fixtures.h"
+
+namespace inkstone {
+namespace {
+
+using testing::random_batch;
+using testing::randomise;
+using testing::tiny_config;
+using torch::indexing::None;
+using torch::indexing::Slice;
+
+// Row r's first 3 + r tokens are the prompt; the rest is the response. The last row ends in padding.
+Batch conversation_batch(int64_t rows, int64_t length) {
+  Batch batch = random_batch(rows, length);
+  batch.loss_mask = torch::ones({rows, length}, torch::kBool);
+  for (int64_t r = 0; r < rows; ++r) batch.loss_mask.index_put_({r, Slice(0, 3 + r)}, false);
+  batch.loss_mask &= batch.real;
+  return batch;
+}
+
+TEST(LossMasks, ArScoresTheResponseTargetsGivenTheWholeConversation) {
+  torch::manual_seed(51);
+  const Config config = tiny_config("ar", false);
+  AutoregressiveObjective objective(config);
+  auto model = build_language_model(config.model, 260);
+  randomise(*model);
+  const Batch batch = conversation_batch(3, 14);
+  const auto out = objective.loss(*model, batch);
+
+  // float64 oracle: the negative log-likelihood of every target the mask trains on, from full logits.
+  torch::NoGradGuard no_grad;
+  const auto logits = model->forward(batch.tokens.index({Slice(), Slice(0, -1)})).to(torch::kDouble);
+  const auto targets = batch.tokens.index({Slice(), Slice(1, None)});
+  const auto counted = batch.loss_mask.index({Slice(), Slice(1, None)}) & batch.real.index({Slice(), Slice(0, -1)});
+  const auto nll = -torch::log_softmax(logits, -1).gather(-1, targets.unsqueeze(-1)).squeeze(-1);
+  const double want = nll.masked_select(counted).sum().item<double>();
+  EXPECT_NEAR(out.loss_sum.item<double>(), want, 1e-5 * std::abs(want));
+  EXPECT_EQ(out.count.item<double>(), counted.sum().item<double>());
+  // Row 0 trains on targets 3..13 (11), row 1 on 4..13 (10), row 2 on 5..10 (its last 3 are padding).
+  EXPECT_EQ(out.count.item<double>(), 11 + 10 + 6);
+
+  // The prompt is context: changing a prompt token changes the response's loss.
+  Batch other = batch;
+  other.tokens = batch.tokens.clone();
+  other.tokens.index_put_({0, 0}, (batch.tokens.index({0, 0}) + 1) % 256);
+  torch::GradMode::set_enabled(true);
+  EXPECT_NE(objective.loss(*model, other).loss_sum.item<double>(), out.loss_sum.item<double>());
+}
+
+TEST(LossMasks, PaddingAfterAConversationBecomesTrainedEndOfText) {
+  const int64_t eos = ByteTokenizer().specials().eos;
+  const Batch batch = conversation_batch(3, 14);
+  const Batch padded = with_responses_padded_by_eos(batch, eos);
+  EXPECT_TRUE(padded.real.all().item<bool>());
+  EXPECT_TRUE(padded.tokens.index({2, Slice(11)}).eq(eos).all().item<bool>());
+  EXPECT_TRUE(padded.tokens.index({Slice(), Slice(0, 11)}).equal(batch.tokens.index({Slice(), Slice(0, 11)})));
+  EXPECT_TRUE(padded.loss_mask.equal(batch.loss_mask | ~batch.real));
+  // Pretraining batches (no loss mask) are left as they are.
+  const Batch plain = random_batch(2, 8);
+  EXPECT_TRUE(with_responses_padded_by_eos(plain, eos).tokens.equal(plain.tokens));
+  EXPECT_FALSE(with_responses_padded_by_eos(plain, eos).loss_mask.defined());
+}
+
+// The loss equals the one of a z that corrupts the response only (the same draws); corrupting the prompt as well
+// gives another loss, so the comparison can tell the two apart.
+void expect_only_the_response_is_noised(const std::string& name) {
+  const Config config = tiny_config(name, false, {"data.mode=\"pad\""});
+  const auto built = make_objective(config, ByteTokenizer());
+  auto& objective = dynamic_cast<DiffusionObjective&>(*built);
+  auto model = build_language_model(config.model, 260);
+  randomise(*model);
+  const Batch given = conversation_batch(3, 14);
+
+  torch::manual_seed(7);
+  const auto out = objective.loss(*model, given);
+
+  const Batch batch = with_responses_padded_by_eos(given, ByteTokenizer().specials().eos);
+  const auto scored = scored_tokens(batch);
+  const auto composite = [&](const torch::Tensor& noised) {
+    torch::manual_seed(7);
+    const auto t = sample_training_time(config.diffusion, 3, 14, 0, 0, torch::kCPU);
+    const auto z = torch::where(noised, objective.corrupt(batch.tokens, t, nullptr), batch.tokens);
+    return objective.score(*model, batch, t, z);
+  };
+  const auto response_only = composite(scored);
+  EXPECT_NEAR(out.loss_sum.item<double>(), response_only.loss.item<double>(), 1e-6);
+  EXPECT_EQ(out.count.item<double>(), scored.sum().item<double>());
+  EXPECT_EQ(out.count.item<double>(), 11 + 10 + 9);  // row 2: 6 response tokens and 3 end-of-text
+  EXPECT_TRUE((response_only.corrupted & ~scored).sum().item<int64_t>() == 0);
+  EXPECT_GT(response_only.corrupted.sum().item<int64_t>(), 0);
+  EXPECT_NE(composite(batch.real).loss.item<double>(), response_only.loss.item<double>());
+}
+
+TEST(LossMasks, MaskedDiffusionNoisesAndScoresOnlyTheResponse) {
+  expect_only_the_response_is_noised("masked_diffusion");
+}
+
+TEST(LossMasks, UniformDiffusionNoisesAndScoresOnlyTheResponse) {
+  expect_only_the_response_is_noised("uniform_diffusion");
+}
+
+}  // namespace
+}  // namespace inkstone
