@@ -193,7 +193,7 @@ nlohmann::json run_train(const BenchArgs& a) {
   const fs::path run_dir = a.work / "run";
   fs::remove_all(run_dir);
   TrainingSession session(config, model, std::move(objective), ctx.tokenizer, run_dir, ctx.device);
-  WindowSource source(session, data.train, data.val);
+  WindowSource source(session, data.train, data.sources);
   std::vector<std::chrono::steady_clock::time_point> done_at;
   std::vector<double> losses;
   source.on_step = [&](int64_t, double loss) {

@@ -165,6 +165,31 @@ Config default_config() {
   return config;
 }
 
+std::vector<DataFolder> data_folders(const DataConfig& data) {
+  if (data.mixture.empty()) return {{data.path, 1.0, "data.path"}};
+  if (!data.path.empty())
+    throw InputError(fmt::format("data.path = '{}' and data.mixture both name training data: give one of them",
+                                 data.path));
+  std::vector<DataFolder> folders;
+  for (size_t i = 0; i < data.mixture.size(); ++i) {
+    const std::string& entry = data.mixture[i];
+    const std::string key = fmt::format("data.mixture[{}]", i);
+    const auto eq = entry.rfind('=');
+    double weight = 0;
+    size_t used = 0;
+    try {
+      if (eq != std::string::npos && eq > 0) weight = std::stod(entry.substr(eq + 1), &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (eq == std::string::npos || eq == 0 || used == 0 || used != entry.size() - eq - 1 || !(weight > 0) ||
+        !std::isfinite(weight))
+      throw InputError(fmt::format("{} = '{}' must be \"folder=weight\" with a positive weight", key, entry));
+    folders.push_back({entry.substr(0, eq), weight, key});
+  }
+  return folders;
+}
+
 namespace {
 
 void apply_table(Config& config, const toml::table& root, const std::string& origin) {
@@ -270,6 +295,7 @@ void check_hidden_streams(const ModelConfig& m) {
 
 // Rules that involve several keys.
 void validate(const Config& c) {
+  data_folders(c.data);
   const auto& m = c.model;
   if (m.n_heads % m.n_kv_heads != 0)
     throw InputError(fmt::format("model.n_kv_heads = {} must divide model.n_heads = {}", m.n_kv_heads, m.n_heads));

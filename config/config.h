@@ -184,6 +184,7 @@ struct DiffusionConfig {
   double mixture_uniform;      // mixture: p_u, the uniform share of the tokens at α = ½ (objectives/mixture_noise.h)
   double mixture_gamma;        // mixture: γ of the uniform share's bump
   int64_t block_size;          // > 0: block diffusion (BD3-LM) on [x_0 | x_t] with a block-causal mask
+  int64_t attention_anneal_steps;  // AR -> diffusion: causal attention opened to bidirectional over these steps
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };
 
@@ -244,6 +245,7 @@ struct FlowrlConfig {
 
 struct DataConfig {
   std::string path;       // folder made by `inkstone data prepare`
+  std::vector<std::string> mixture;  // "folder=weight" entries drawn by weight instead of `path` (data_folders)
   std::string tokenizer;  // empty: the tokenizer stored with the data
   int64_t seq_len;
   WindowMode mode; // pack | pad
@@ -255,6 +257,16 @@ struct DataConfig {
   int64_t inject_step;
   int64_t inject_row;
 };
+
+// A prepared folder a run trains on, with its share of the training windows and the key that names it in errors.
+struct DataFolder {
+  std::string path;
+  double weight = 1;
+  std::string key;  // "data.path" or "data.mixture[i]"
+};
+// The folders of data.mixture (InputError for an entry that is not "folder=weight" with a positive finite weight,
+// or for data.path set beside it), or data.path alone.
+std::vector<DataFolder> data_folders(const DataConfig& data);
 
 struct OptimConfig {
   double learning_rate;

@@ -240,6 +240,10 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(diffusion, mixture_gamma, 1.0,
                      "Mixture noise (GIDD): the exponent gamma of the uniform share's bump c = B (a (1 - a))^(gamma/2).")
           .positive_up_to(8),
+      INKSTONE_FIELD(diffusion, attention_anneal_steps, int64_t{0},
+                     "AR -> diffusion adaptation (DiffuLLaMA): over the first N steps each query also sees a random "
+                     "share s/N of the later keys, so attention opens from causal to bidirectional; 0: off.")
+          .at_least(0),
       INKSTONE_FIELD(diffusion, block_size, int64_t{0},
                      "Block diffusion (BD3-LM): > 0 trains each block of this many tokens on noise of its own t, "
                      "seeing the clean blocks before it (a block-causal mask over [x_0 | x_t]); 0: off.")
@@ -248,6 +252,9 @@ std::vector<FieldSpec> build_schema() {
                      "Uniform noise also emits special ids (never pad or mask); default: text ids and eos."),
 
       INKSTONE_FIELD(data, path, "", "Folder made by `inkstone data prepare` (manifest.json, shards)."),
+      INKSTONE_FIELD(data, mixture, Strings{},
+                     "Several prepared folders as \"folder=weight\", training windows drawn by weight, validation "
+                     "reported per folder (docs/training.md, \"Data mixtures\"); replaces data.path."),
       INKSTONE_FIELD(data, tokenizer, "", "Tokenizer spec; empty: the one stored with the data."),
       INKSTONE_FIELD(data, seq_len, int64_t{256}, "Tokens per training window.").range(2, 1 << 20),
       INKSTONE_CHOICE_FIELD(data, mode, WindowMode::pack,

@@ -26,6 +26,7 @@ struct Batch {
   // objective stratifying over the batch (diffusion time) sees the same strata for any accumulation split.
   int64_t first_row = 0;
   int64_t total_rows = 0;  // 0: these rows are the whole batch
+  int64_t step = -1;       // the training step these rows feed (0-based); -1: evaluation
   torch::Tensor documents;  // [B, W] int64 packed-document index (data.document_mask); undefined: not masked
   // [B, W] bool: the tokens the loss trains on (fine-tuning on conversations: the responses, docs/training.md,
   // "Fine-tuning on conversations"); the others are context only. Undefined: every real token.

@@ -139,16 +139,23 @@ std::unordered_map<std::string, int32_t> BpeModel::parse_vocab(const json& vocab
   id_of_text.reserve(vocab.size());
   int32_t size = 0;
   for (auto it = vocab.begin(); it != vocab.end(); ++it) {
-    const auto id = it.value().get<int32_t>();
-    if (id < 0) throw InputError(fmt::format("vocabulary id {} of '{}' is negative", id, it.key()));
+    const int32_t id = json_token_id(it.value(), fmt::format("vocabulary id of '{}'", it.key()));
     size = std::max(size, id + 1);
     id_of_text.emplace(it.key(), id);
   }
   if (static_cast<size_t>(size) != vocab.size()) {
     throw InputError(fmt::format("vocabulary ids are not 0..{} without gaps or repeats", vocab.size() - 1));
   }
+  // As many ids as entries and none beyond: a repeat would leave a gap, but name the repeat itself.
   texts_.resize(size);
-  for (const auto& [text, id] : id_of_text) texts_[id] = text;
+  std::vector<bool> seen(static_cast<size_t>(size), false);
+  for (auto it = vocab.begin(); it != vocab.end(); ++it) {
+    const auto id = static_cast<size_t>(it.value().get<int32_t>());
+    if (seen[id])
+      throw InputError(fmt::format("vocabulary id {} is given to '{}' and to '{}'", id, texts_[id], it.key()));
+    seen[id] = true;
+    texts_[id] = it.key();
+  }
   return id_of_text;
 }
 

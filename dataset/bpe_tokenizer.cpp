@@ -92,7 +92,7 @@ void BpeTokenizer::parse_added_tokens(const json& added) {
   // checked before the index is sized by the largest id.
   const int64_t largest_possible = static_cast<int64_t>(model_->size()) + static_cast<int64_t>(added.size()) - 1;
   for (const json& entry : added) {
-    const auto id = entry.at("id").get<int64_t>();
+    const auto id = static_cast<int64_t>(json_token_id(entry.at("id"), "added token id"));
     if (id > largest_possible)
       throw InputError(fmt::format("added token id {} is beyond the vocabulary of {} ids and {} added tokens", id,
                                    model_->size(), added.size()));
@@ -100,9 +100,8 @@ void BpeTokenizer::parse_added_tokens(const json& added) {
   }
   added_index_.assign(size, -1);
   for (const json& entry : added) {
-    const auto id = entry.at("id").get<int32_t>();
+    const auto id = json_token_id(entry.at("id"), "added token id");
     const auto content = entry.at("content").get<std::string>();
-    if (id < 0) throw InputError(fmt::format("added token '{}' has negative id {}", content, id));
     if (content.empty()) throw InputError(fmt::format("added token {} has empty content", id));
     if (added_index_[id] >= 0) throw InputError(fmt::format("added token id {} repeats", id));
     const bool special = json_flag(entry, "special", false);

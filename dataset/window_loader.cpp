@@ -96,18 +96,20 @@ TokenBatch WindowLoader::train_batch(int64_t step, int64_t batch_size) const {
     throw std::invalid_argument(fmt::format("train_batch(step {}, batch_size {})", step, batch_size));
   }
   TokenBatch batch = empty_batch(batch_size);
-  for (int64_t row = 0; row < batch_size; ++row) {
-    const uint64_t global_row = static_cast<uint64_t>(options_.rank * batch_size + row);
-    const uint64_t hash = counter_hash({options_.seed, static_cast<uint64_t>(step), global_row});
-    if (options_.mode == WindowMode::pack) {
-      const auto offset = static_cast<int64_t>(hash_below(hash, tokens_.size() - options_.window_len + 1));
-      fill_row(batch, row, offset, tokens_.size());
-    } else {
-      const auto document = static_cast<size_t>(hash_below(hash, document_starts_.size() - 1));
-      fill_row(batch, row, document_starts_[document], document_starts_[document + 1]);
-    }
-  }
+  for (int64_t row = 0; row < batch_size; ++row) fill_train_row(batch, row, step, options_.rank * batch_size + row);
   return batch;
+}
+
+void WindowLoader::fill_train_row(TokenBatch& batch, int64_t row, int64_t step, int64_t global_row) const {
+  const uint64_t hash =
+      counter_hash({options_.seed, static_cast<uint64_t>(step), static_cast<uint64_t>(global_row)});
+  if (options_.mode == WindowMode::pack) {
+    const auto offset = static_cast<int64_t>(hash_below(hash, tokens_.size() - options_.window_len + 1));
+    fill_row(batch, row, offset, tokens_.size());
+  } else {
+    const auto document = static_cast<size_t>(hash_below(hash, document_starts_.size() - 1));
+    fill_row(batch, row, document_starts_[document], document_starts_[document + 1]);
+  }
 }
 
 int64_t WindowLoader::num_eval_windows() const {

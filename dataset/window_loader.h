@@ -36,6 +36,17 @@ struct TokenBatch {
   int64_t real_tokens() const;
 };
 
+struct WindowLoaderOptions;
+
+// Where training windows come from: one prepared folder (WindowLoader) or several by weight (WindowMixture).
+class TrainWindows {
+ public:
+  virtual ~TrainWindows() = default;
+  // The rows of this rank for `step`: a pure function of the seed, the step and each row's global place.
+  virtual TokenBatch train_batch(int64_t step, int64_t batch_size) const = 0;
+  virtual const WindowLoaderOptions& options() const = 0;
+};
+
 struct WindowLoaderOptions {
   std::string split = "train";
   int64_t window_len = 256;
@@ -59,13 +70,18 @@ struct WindowLoaderOptions {
   }
 };
 
-class WindowLoader {
+class WindowLoader : public TrainWindows {
  public:
   // InputError (one line, naming the file) for a missing, empty or corrupt manifest or shard, a tokenizer
   // mismatch, ids outside the vocabulary, or a split too small for one window.
   WindowLoader(const std::filesystem::path& data_dir, WindowLoaderOptions options);
 
-  TokenBatch train_batch(int64_t step, int64_t batch_size) const;
+  TokenBatch train_batch(int64_t step, int64_t batch_size) const override;
+  // Row `row` of `batch` becomes the training window of (step, global row); `batch` is this folder's empty_batch or
+  // one of another folder of the same tokenizer.
+  void fill_train_row(TokenBatch& batch, int64_t row, int64_t step, int64_t global_row) const;
+  // `rows` windows of padding, with a loss mask where this folder has one.
+  TokenBatch empty_batch(int64_t rows) const;
 
   int64_t num_eval_windows() const;
   // Eval windows [first_window, first_window + count) of the sweep.
@@ -79,13 +95,12 @@ class WindowLoader {
 
   const Manifest& manifest() const { return manifest_; }
   bool has_loss_mask() const { return tokens_.has_loss_mask(); }
-  const WindowLoaderOptions& options() const { return options_; }
+  const WindowLoaderOptions& options() const override { return options_; }
 
  private:
   // Copies the window of up to window_len tokens starting at `offset` and not past `end` into row `row`,
   // padding the rest.
   void fill_row(TokenBatch& batch, int64_t row, int64_t offset, int64_t end) const;
-  TokenBatch empty_batch(int64_t rows) const;
 
   WindowLoaderOptions options_;
   Manifest manifest_;

@@ -29,6 +29,14 @@ Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id) {
   return padded;
 }
 
+torch::Tensor annealed_attention(int64_t step, int64_t anneal_steps, int64_t length, torch::Device device) {
+  if (step < 0 || step >= anneal_steps) return {};
+  const double share = static_cast<double>(step) / static_cast<double>(anneal_steps);
+  const auto options = torch::TensorOptions().device(device);
+  const auto earlier = torch::ones({length, length}, options.dtype(torch::kBool)).tril();
+  return earlier | (torch::rand({length, length}, options.dtype(torch::kFloat)) < share);
+}
+
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer,
                                        std::shared_ptr<const NoiseProcess> noise)
     : name_(config.objective.name),
@@ -38,6 +46,7 @@ DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& to
       time_conditioning_(config.model.time_conditioning),
       padded_windows_(config.data.mode == WindowMode::pad),
       eos_id_(tokenizer.specials().eos),
+      attention_anneal_steps_(config.diffusion.attention_anneal_steps),
       eval_seed_(static_cast<uint64_t>(config.run.seed)),
       noise_(std::move(noise)),
       support_(tokenizer, config.model.vocab_size > 0 ? config.model.vocab_size : tokenizer.vocab_size(),
@@ -99,6 +108,12 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     ruled.allowed = block_diffusion_training_rule(length, diffusion_.block_size, z.device());
     if (key_padding.defined()) ruled.key_padding = torch::cat({key_padding, key_padding}, 1);
     hidden = model.hidden_states_under_rule(torch::cat({batch.tokens, z}, 1), ruled).narrow(1, length, length);
+  } else if (const auto allowed = annealed_attention(batch.step, attention_anneal_steps_, z.size(1), z.device());
+             allowed.defined()) {
+    RuleInputs ruled;
+    ruled.allowed = allowed;
+    ruled.key_padding = key_padding;
+    hidden = model.hidden_states_under_rule(z, ruled);
   } else {
     WindowInputs window;
     window.mask = MaskMode::bidirectional;

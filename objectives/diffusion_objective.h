@@ -40,6 +40,13 @@ struct DiffusionScores {
 // a loss mask is returned as it is.
 Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id);
 
+// AR -> diffusion adaptation (DiffuLLaMA's attention mask annealing, Gong et al. 2025): at training step
+// s < N = diffusion.attention_anneal_steps a query attends to every earlier key and, beyond them, to each later key
+// with probability s / N (one draw per (query, key) pair shared by the batch), so the causal attention an AR
+// checkpoint was trained with opens gradually; from step N on, and in evaluation, attention is bidirectional.
+// Undefined when attention is bidirectional.
+torch::Tensor annealed_attention(int64_t step, int64_t anneal_steps, int64_t length, torch::Device device);
+
 class DiffusionObjective : public Objective {
  public:
   // InputError when the noise masks and the tokenizer has no mask token.
@@ -76,6 +83,7 @@ class DiffusionObjective : public Objective {
   bool time_conditioning_;  // the model reads σ_t (model.time_conditioning)
   bool padded_windows_;     // data.mode = pad: padding keys are masked out
   int64_t eos_id_;
+  int64_t attention_anneal_steps_;  // diffusion.attention_anneal_steps
   uint64_t eval_seed_;      // run.seed: the evaluation's noise
   std::shared_ptr<const NoiseProcess> noise_;
   NoiseSupport support_;

@@ -106,6 +106,18 @@ void check_objective_settings(const Config& c) {
     throw InputError(fmt::format("diffusion.mixture_uniform and diffusion.mixture_gamma shape mixture noise ({}), not "
                                  "objective.name = '{}'",
                                  names_where([](const Registered& e) { return e.mixes_noise; }), name));
+  if (const int64_t steps = c.diffusion.attention_anneal_steps; steps > 0) {
+    if (!entry.denoises)
+      throw InputError(fmt::format("diffusion.attention_anneal_steps = {} opens a causal model's attention for a "
+                                   "diffusion objective ({}), not objective.name = '{}'",
+                                   steps, names_where([](const Registered& e) { return e.denoises; }), name));
+    // The annealed attention is an explicit [T, T] rule, which carries neither a time input, nor packed documents,
+    // nor the block-causal rule of block diffusion.
+    if (c.model.time_conditioning || c.data.document_mask || c.diffusion.block_size > 0)
+      throw InputError(fmt::format("diffusion.attention_anneal_steps = {} does not combine with "
+                                   "model.time_conditioning, data.document_mask or diffusion.block_size",
+                                   steps));
+  }
   if (c.diffusion.block_size > 0) {
     if (!entry.denoises)
       throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not objective.name "

@@ -134,6 +134,8 @@ int eval(const EvalOptions& o) {
   TrainedModel trained = load_trained_model(o.checkpoint, o.device);
   Config& config = trained.config;
   if (!o.data.empty()) config.data.path = o.data;
+  if (config.data.path.empty() && !config.data.mixture.empty())
+    throw InputError("this run trained on data.mixture: pass --data FOLDER to evaluate one of its folders");
   WindowLoaderOptions loader_options;
   loader_options.split = o.split;
   loader_options.window_len = config.data.seq_len + trained.objective->needs().window_extra;

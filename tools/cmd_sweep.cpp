@@ -31,7 +31,8 @@ struct SweepOptions {
 };
 
 double training_flops_per_token(const Config& config) {
-  const auto tokenizer = load_tokenizer(!config.data.tokenizer.empty() ? config.data.tokenizer : config.data.path);
+  const auto tokenizer =
+      load_tokenizer(!config.data.tokenizer.empty() ? config.data.tokenizer : data_folders(config.data).front().path);
   const LanguageModel model = build_language_model(config.model, tokenizer->vocab_size());
   return 3 * model->forward_flops_per_token(config.data.seq_len);
 }

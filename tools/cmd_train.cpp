@@ -165,7 +165,7 @@ int train(const TrainOptions& o) {
     source = std::make_unique<RolloutSource>(session);
   } else {
     TrainingData data = open_training_data(config, *ctx.tokenizer, session.objective().needs(), launch.rank);
-    source = std::make_unique<WindowSource>(session, data.train, data.val);
+    source = std::make_unique<WindowSource>(session, data.train, std::move(data.sources));
   }
   if (config.metrics.sample_interval > 0) session.set_sample_texts(training_samples(session));
   if (checkpoint) {

@@ -30,40 +30,48 @@ RunContext prepare_run(const Config& config, std::shared_ptr<const Tokenizer> to
   return ctx;
 }
 
+namespace {
+
+void require_prepared_folder(const DataFolder& folder) {
+  if (!std::filesystem::is_directory(folder.path))
+    throw InputError(fmt::format("{} = '{}' does not exist: prepare it first with `inkstone data prepare --out {}` "
+                                 "(docs/cli.md, \"inkstone data prepare\")",
+                                 folder.key, folder.path, folder.path));
+  if (!std::filesystem::is_regular_file(std::filesystem::path(folder.path) / "tokenizer.json"))
+    throw InputError(fmt::format("{} = '{}' holds no tokenizer.json: it is not a folder made by `inkstone data "
+                                 "prepare`",
+                                 folder.key, folder.path));
+}
+
+}  // namespace
+
 std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
-  const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer : config.data.path;
+  // A mixture's folders are each checked against this tokenizer when opened (open_training_data).
+  const DataFolder folder = data_folders(config.data).front();
+  const std::string tokenizer_spec = !config.data.tokenizer.empty() ? config.data.tokenizer : folder.path;
   if (tokenizer_spec.empty())
     throw InputError("data.path is empty: point it at a folder made by `inkstone data prepare`");
   // The data folder carries the tokenizer it was prepared with: a folder not prepared yet is said as such, with
   // the command that makes it, rather than as a tokenizer that cannot be found.
-  if (config.data.tokenizer.empty() && tokenizer_spec == config.data.path) {
-    if (!std::filesystem::is_directory(config.data.path))
-      throw InputError(fmt::format("data.path = '{}' does not exist: prepare it first with `inkstone data prepare "
-                                   "--out {}` (docs/cli.md, \"inkstone data prepare\")",
-                                   config.data.path, config.data.path));
-    if (!std::filesystem::is_regular_file(std::filesystem::path(config.data.path) / "tokenizer.json"))
-      throw InputError(fmt::format("data.path = '{}' holds no tokenizer.json: it is not a folder made by `inkstone "
-                                   "data prepare`",
-                                   config.data.path));
-  }
+  if (config.data.tokenizer.empty()) require_prepared_folder(folder);
   return load_tokenizer(tokenizer_spec);
 }
 
-void check_conversation_settings(const Config& config, const Manifest& manifest) {
-  const std::string& path = config.data.path;
+void check_conversation_settings(const Config& config, const DataFolder& folder, const Manifest& manifest) {
+  const std::string& path = folder.path;
   if (manifest.loss_mask && config.data.mode == WindowMode::pack && !config.data.document_mask)
-    throw InputError(fmt::format("data.path = '{}' holds conversations with loss masks: packed windows must keep "
-                                 "them apart (set data.document_mask = true, or data.mode = \"pad\")",
-                                 path));
+    throw InputError(fmt::format("{} = '{}' holds conversations with loss masks: packed windows must keep them "
+                                 "apart (set data.document_mask = true, or data.mode = \"pad\")",
+                                 folder.key, path));
   if (!manifest.chat) return;
   const ChatRecord& chat = *manifest.chat;
   const ChatRecord run{choice_name(config.chat.format), config.chat.system, choice_name(config.chat.prompt_start)};
   const auto differs = [&](const char* key, const std::string& prepared, const std::string& here) {
     if (prepared != here)
-      throw InputError(fmt::format("data.path = '{}' renders conversations with chat.{} = '{}' but this run has "
-                                   "'{}': set [chat] as the data was prepared (docs/training.md, \"Fine-tuning on "
+      throw InputError(fmt::format("{} = '{}' renders conversations with chat.{} = '{}' but this run has '{}': "
+                                   "set [chat] as the data was prepared (docs/training.md, \"Fine-tuning on "
                                    "conversations\"), so that prompts are rendered as the model was trained",
-                                   path, key, prepared, here));
+                                   folder.key, path, key, prepared, here));
   };
   differs("format", chat.format, run.format);
   differs("system", chat.system, run.system);
@@ -83,9 +91,24 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     return o;
   };
   TrainingData data;
-  data.train = std::make_shared<WindowLoader>(config.data.path, options("train"));
-  data.val = std::make_shared<WindowLoader>(config.data.path, options("val"));
-  check_conversation_settings(config, data.train->manifest());
+  std::set<std::string> names;
+  for (const DataFolder& folder : data_folders(config.data)) {
+    if (config.data.tokenizer.empty()) require_prepared_folder(folder);
+    MixtureSource source;
+    source.name = std::filesystem::path(folder.path).lexically_normal().filename().string();
+    if (source.name.empty()) source.name = std::filesystem::path(folder.path).lexically_normal().parent_path().filename().string();
+    if (!names.insert(source.name).second)
+      throw InputError(fmt::format("{} = '{}': another folder of data.mixture is also named '{}', which labels its "
+                                   "validation figures; give the folders distinct names",
+                                   folder.key, folder.path, source.name));
+    source.weight = folder.weight;
+    source.train = std::make_shared<WindowLoader>(folder.path, options("train"));
+    source.val = std::make_shared<WindowLoader>(folder.path, options("val"));
+    check_conversation_settings(config, folder, source.train->manifest());
+    data.sources.push_back(std::move(source));
+  }
+  if (data.sources.size() == 1) data.train = data.sources.front().train;
+  else data.train = std::make_shared<WindowMixture>(data.sources);
   return data;
 }
 
@@ -145,6 +168,14 @@ TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const 
   CheckpointData checkpoint = load_checkpoint(checkpoint_or_run_dir, CheckpointParts::model);
   TrainedModel trained;
   trained.config = config_from_string(checkpoint.config_toml, checkpoint_or_run_dir + "/config.toml");
+  // state.json records the objective that trained the weights; a config.toml naming another would sample or score
+  // them as what they are not (uniform diffusion on AR weights).
+  if (const auto trainer = checkpoint.state.find("objective");
+      trainer != checkpoint.state.end() && trainer->is_string() && *trainer != trained.config.objective.name)
+    throw InputError(fmt::format("{}: config.toml names objective '{}' but state.json records that objective '{}' "
+                                 "trained these weights",
+                                 checkpoint.folder.string(), trained.config.objective.name,
+                                 trainer->get<std::string>()));
   set_threads(trained.config.run.threads);
   warn_if_reference_blas();
   trained.device = resolve_device(device.empty() ? trained.config.run.device : device);

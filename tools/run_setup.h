@@ -8,6 +8,7 @@
 #include "config/config.h"
 #include "dataset/tokenizer.h"
 #include "dataset/window_loader.h"
+#include "dataset/window_mixture.h"
 #include "models/language_model.h"
 #include "objectives/objective.h"
 
@@ -29,13 +30,15 @@ std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config);
 // A data folder of conversations (`data prepare --format chat`) trains only where its prompts render as this run
 // renders them ([chat] equal to what the folder records) and, packed, with documents kept apart: InputError
 // naming the key otherwise.
-void check_conversation_settings(const Config& config, const Manifest& manifest);
+void check_conversation_settings(const Config& config, const DataFolder& folder, const Manifest& manifest);
 
+// The training windows (one folder's, or a WindowMixture of data.mixture's) and every folder's splits.
 struct TrainingData {
-  std::shared_ptr<const WindowLoader> train;
-  std::shared_ptr<const WindowLoader> val;
+  std::shared_ptr<const TrainWindows> train;
+  std::vector<MixtureSource> sources;
 };
-// `rank`: this process's rank in a data-parallel run (which rows of each global batch it reads).
+// `rank`: this process's rank in a data-parallel run (which rows of each global batch it reads). Every folder must
+// be prepared with `tokenizer`; a mixture's folders must have distinct names (they label the validation figures).
 TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer, const ObjectiveNeeds& needs,
                                 int64_t rank = 0);
 

@@ -2,6 +2,7 @@
 #include "train/window_source.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "core/errors.h"
 #include "core/torch_compat.h"
@@ -55,8 +56,12 @@ Batch WindowEvalSource::batch(int64_t index) const {
 
 WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const WindowLoader> train_data,
                            std::shared_ptr<const WindowLoader> val_data)
+    : WindowSource(session, train_data, {{"", 1.0, train_data, std::move(val_data)}}) {}
+
+WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const TrainWindows> train_data,
+                           std::vector<MixtureSource> sources)
     : train_data_(std::move(train_data)),
-      val_data_(std::move(val_data)),
+      sources_(std::move(sources)),
       injection_(session.config().data, session.tokenizer(), train_data_->options().window_len),
       train_(session.config().train),
       seq_len_(session.config().data.seq_len),
@@ -112,8 +117,10 @@ StepReport WindowSource::step(TrainingSession& session, int64_t step) {
   TokenBatch batch = take_batch(step, rank_batch);
   if (injection_.due(step)) batch = injection_.apply(std::move(batch), rank_);
   std::vector<Batch> micro_batches;
-  for (int64_t m = 0; m < train_.grad_accum; ++m)
+  for (int64_t m = 0; m < train_.grad_accum; ++m) {
     micro_batches.push_back(to_device(batch, m * micro_batch, (m + 1) * micro_batch));
+    micro_batches.back().step = step;
+  }
   for (UpdateResult& u : session.update(micro_batches, lr, step, closes_window ? Settle::now : Settle::later))
     count(std::move(u));
 
@@ -159,35 +166,54 @@ void WindowSource::count(UpdateResult u) {
 
 // Each rank scores its share of the batches (docs/training.md, "Sharded validation") and the totals are summed
 // over the ranks, in the precision the run trains in (a bf16 run's fp32 evaluation cost more than a training step).
+std::map<std::string, double> WindowSource::evaluate_source(TrainingSession& session, const WindowLoader& val) {
+  Distributed& distributed = session.distributed();
+  WindowEvalSource source(val, train_.batch_size / train_.grad_accum, train_.eval_batches, device_, document_eos_,
+                          distributed.rank(), distributed.world_size());
+  ValidationSums totals = session.objective().evaluate(*session.model(), source);
+  sum_over_ranks(totals, distributed, device_);
+  return validation_metrics(totals, source.bytes_per_token());
+}
+
+// A mixture's figures are the weighted means of its sources' (the expected per-token figure of a window drawn as
+// training draws them), each source's also on the line as val_<source>_<figure>.
 EvalReport WindowSource::evaluate(TrainingSession& session) {
   LanguageModelImpl& model = *session.model();
-  Distributed& distributed = session.distributed();
   model.eval();
   compat::CudaAutocastScope autocast(session.autocast());
-  WindowEvalSource source(*val_data_, train_.batch_size / train_.grad_accum, train_.eval_batches, device_,
-                          document_eos_, distributed.rank(), distributed.world_size());
-  ValidationSums totals;
+  EvalReport report;
   std::map<std::string, double> watched;
+  std::vector<std::map<std::string, double>> per_source;
   {
     // Under ZeRO-3 the ranks score different numbers of batches, so they cannot gather weights branch by branch.
     const ResidentUnits whole = model.whole_parameters();
-    totals = session.objective().evaluate(model, source);
+    for (const auto& source : sources_) per_source.push_back(evaluate_source(session, *source.val));
     // Every rank scores the watched text alike; it is not summed over ranks.
     if (watched_)
       watched = validation_metrics(session.objective().evaluate(model, *watched_), watched_->bytes_per_token());
   }
-  sum_over_ranks(totals, distributed, device_);
-  EvalReport report;
-  report.metrics = validation_metrics(totals, source.bytes_per_token());
   model.train();
+  double total_weight = 0;
+  for (const auto& source : sources_) total_weight += source.weight;
+  for (size_t i = 0; i < sources_.size(); ++i)
+    for (const auto& [name, value] : per_source[i]) report.metrics[name] += sources_[i].weight / total_weight * value;
   report.line = {{"split", "val"}, {"tokens_seen", tokens_seen_}, {"loss", report.metrics.at("loss_nats")}};
   for (const auto& [name, value] : report.metrics) report.line[name] = value;
+  if (sources_.size() > 1)
+    for (size_t i = 0; i < sources_.size(); ++i)
+      for (const auto& [name, value] : per_source[i]) report.line["val_" + sources_[i].name + "_" + name] = value;
   if (watched_) {
     report.line["watch_loss_nats"] = watched.at("loss_nats");
     report.line["watch_bits_per_byte"] = watched.at("bits_per_byte");
   }
   report.summary = fmt::format("val loss {:.4f} nats/token, {:.4f} bits/byte", report.metrics.at("loss_nats"),
                                report.metrics.at("bits_per_byte"));
+  if (sources_.size() > 1) {
+    std::vector<std::string> parts;
+    for (size_t i = 0; i < sources_.size(); ++i)
+      parts.push_back(fmt::format("{} {:.4f}", sources_[i].name, per_source[i].at("loss_nats")));
+    report.summary += fmt::format(" ({})", fmt::join(parts, ", "));
+  }
   return report;
 }
 

@@ -9,6 +9,7 @@
 
 #include "core/batch.h"
 #include "dataset/window_loader.h"
+#include "dataset/window_mixture.h"
 #include "train/session.h"
 #include "train/twin_text.h"
 
@@ -46,6 +47,10 @@ class WindowSource : public StepSource {
   // a batch that does not split evenly over ranks and micro-batches.
   WindowSource(TrainingSession& session, std::shared_ptr<const WindowLoader> train_data,
                std::shared_ptr<const WindowLoader> val_data);
+  // Windows of several folders (data.mixture): validation scores each source's val split, reported per source
+  // and as their weighted mean.
+  WindowSource(TrainingSession& session, std::shared_ptr<const TrainWindows> train_data,
+               std::vector<MixtureSource> sources);
 
   std::string name() const override { return "train"; }
   StepReport step(TrainingSession& session, int64_t step) override;
@@ -66,8 +71,11 @@ class WindowSource : public StepSource {
   // Counts an update whose figures reached the host into the log window and the tokens seen.
   void count(UpdateResult u);
 
-  std::shared_ptr<const WindowLoader> train_data_;
-  std::shared_ptr<const WindowLoader> val_data_;
+  // Validation of one source: its figures and the number of units (tokens) they are means over.
+  std::map<std::string, double> evaluate_source(TrainingSession& session, const WindowLoader& val);
+
+  std::shared_ptr<const TrainWindows> train_data_;
+  std::vector<MixtureSource> sources_;  // their val splits; one unnamed source without a mixture
   RowInjection injection_;                   // data.inject_*: nothing to do unless due
   std::unique_ptr<TextEvalSource> watched_;  // metrics.watch_text; null: none
   TrainConfig train_;

@@ -7,7 +7,10 @@
 #include <zstd.h>
 
 #include <fstream>
+#include <functional>
 #include <memory>
+
+#include <fmt/format.h>
 #include <sstream>
 
 #include "core/errors.h"
@@ -135,6 +138,36 @@ TEST(HfTokenizers, AnAddedTokenIdFarBeyondTheVocabularyIsRefused) {
     EXPECT_NE(std::string(e.what()).find("added token id 2000000000 is beyond the vocabulary"), std::string::npos)
         << e.what();
   }
+}
+
+// Ids must be integers in [0, 2^31) given once: the JSON library would wrap 2^62 to 0 and truncate 3.5 to 3, and
+// two entries of one id would make one of them undecodable.
+TEST(HfTokenizers, TokenIdsThatAreNotOneIntegerEachAreRefusedByName) {
+  const json original = json::parse(read_file(fixtures_dir() / "tiny_metaspace_tokenizer.json"));
+  const auto refusal = [&](const std::function<void(json&)>& damage) {
+    json document = original;
+    damage(document);
+    try {
+      tokenizer_from_json(document, "tiny");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  auto& vocab = original.at("model").at("vocab");
+  const std::string first = vocab.begin().key(), second = std::next(vocab.begin()).key();
+  EXPECT_NE(refusal([&](json& d) { d["model"]["vocab"][first] = int64_t{1} << 62; })
+                .find("vocabulary id of '" + first + "' must be a token id, an integer in [0, 2147483647], found "
+                      "4611686018427387904"),
+            std::string::npos);
+  EXPECT_NE(refusal([&](json& d) { d["model"]["vocab"][first] = 3.5; }).find("found 3.5"), std::string::npos);
+  const int32_t id = vocab.at(first).get<int32_t>();
+  // The largest id and the count stay as they were, so only the repeat (and the gap it leaves) is wrong.
+  const std::string repeated = refusal([&](json& d) { d["model"]["vocab"][second] = id; });
+  EXPECT_NE(repeated.find(fmt::format("vocabulary id {} is given to", id)), std::string::npos) << repeated;
+  if (!original.value("added_tokens", json::array()).empty())
+    EXPECT_NE(refusal([&](json& d) { d["added_tokens"][0]["id"] = 2.5; }).find("added token id must be a token id"),
+              std::string::npos);
 }
 
 }  // namespace inkstone

@@ -1,8 +1,11 @@
-// Fine-tuning on conversations (docs/training.md, "Fine-tuning on conversations"): with a loss mask the AR
-// objective scores only the masked targets, whose context includes the prompt, and the diffusion objectives noise
-// and score only the response, the prompt staying clean, with padding turned into trained end-of-text tokens.
+// What a window objective trains on besides plain windows (docs/training.md): with a loss mask (fine-tuning on
+// conversations) the AR objective scores only the masked targets, whose context includes the prompt, and the
+// diffusion objectives noise and score only the response, the prompt staying clean, with padding turned into
+// trained end-of-text tokens; under attention annealing (AR -> diffusion) attention opens from causal.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+
+#include <cmath>
 
 #include "objectives/ar.h"
 #include "objectives/diffusion_objective.h"
@@ -107,6 +110,46 @@ TEST(LossMasks, MaskedDiffusionNoisesAndScoresOnlyTheResponse) {
 
 TEST(LossMasks, UniformDiffusionNoisesAndScoresOnlyTheResponse) {
   expect_only_the_response_is_noised("uniform_diffusion");
+}
+
+// AR -> diffusion adaptation: step 0 of the annealing is causal attention, the share of later keys grows with the
+// step, and from diffusion.attention_anneal_steps on (and in evaluation) attention is bidirectional.
+TEST(AttentionAnnealing, OpensFromCausalToBidirectional) {
+  EXPECT_FALSE(annealed_attention(-1, 10, 8, torch::kCPU).defined());
+  EXPECT_FALSE(annealed_attention(10, 10, 8, torch::kCPU).defined());
+  EXPECT_TRUE(annealed_attention(0, 10, 8, torch::kCPU).equal(torch::ones({8, 8}, torch::kBool).tril()));
+  torch::manual_seed(3);
+  const auto half = annealed_attention(5, 10, 64, torch::kCPU);
+  EXPECT_TRUE((half | ~torch::ones({64, 64}, torch::kBool).tril()).all().item<bool>());  // every earlier key
+  // 2,016 later pairs at p = 1/2: the open share lies within 5 standard deviations (0.056) of one half.
+  const double open = half.triu(1).sum().item<double>() / 2016.0;
+  EXPECT_NEAR(open, 0.5, 5 * std::sqrt(0.25 / 2016.0));
+}
+
+TEST(AttentionAnnealing, AtItsFirstStepAPositionIsScoredWithoutTheTokensAfterIt) {
+  const Config config =
+      tiny_config("masked_diffusion", false, {"diffusion.attention_anneal_steps=100"});
+  const auto built = make_objective(config, ByteTokenizer());
+  auto& objective = dynamic_cast<DiffusionObjective&>(*built);
+  auto model = build_language_model(config.model, 260);
+  randomise(*model);
+  torch::NoGradGuard no_grad;
+  Batch batch = random_batch(2, 12);
+  batch.real.fill_(true);
+  const auto t = torch::full({2, 1}, 0.7f);
+  const auto z = objective.corrupt(batch.tokens, t, nullptr);
+  auto changed = z.clone();
+  changed.index_put_({Slice(), 11}, ByteTokenizer().specials().mask);
+  changed.index_put_({Slice(), 10}, (z.index({Slice(), 10}) + 1) % 256);
+  const auto earlier = [&](const torch::Tensor& nelbo) { return nelbo.index({Slice(), Slice(0, 10)}); };
+  for (const int64_t step : {int64_t{0}, int64_t{-1}}) {
+    batch.step = step;
+    const auto before = objective.score(*model, batch, t, z), after = objective.score(*model, batch, t, changed);
+    if (step == 0)  // causal: positions 0..9 never see 10 and 11
+      EXPECT_TRUE(earlier(before.nelbo).equal(earlier(after.nelbo)));
+    else  // evaluation: bidirectional
+      EXPECT_FALSE(earlier(before.nelbo).equal(earlier(after.nelbo)));
+  }
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ TEST_F(InitCheckpoint, AdoptsTheArchitectureAndStartsFromTheCheckpointsLogits) {
 
 TEST_F(InitCheckpoint, ArCheckpointsStartMaskedAndUniformDiffusionRuns) {
   const auto masked = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "mdlm").string(), "--set",
-                               "objective.name=\"masked_diffusion\""});
+                               "objective.name=\"masked_diffusion\"", "--set", "diffusion.attention_anneal_steps=2"});
   ASSERT_EQ(masked.exit_code, 0) << masked.output;
   EXPECT_NE(masked.output.find("starting from " + base().string()), std::string::npos) << masked.output;
   EXPECT_NE(masked.output.find("attention: causal as trained (ar), bidirectional here (masked_diffusion)"),
@@ -113,6 +113,14 @@ TEST_F(InitCheckpoint, AnotherArchitectureAMissingFolderAndAnotherTokenizerAreRe
   EXPECT_NE(wider.output.find("model.d_model = 64 here but 32 in train.init_checkpoint '" + base().string() + "'"),
             std::string::npos)
       << wider.output;
+
+  const auto annealed_ar = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "annealed").string(),
+                                    "--set", "diffusion.attention_anneal_steps=2"});
+  EXPECT_EQ(annealed_ar.exit_code, 2) << annealed_ar.output;
+  EXPECT_NE(annealed_ar.output.find("diffusion.attention_anneal_steps = 2 opens a causal model's attention for a "
+                                    "diffusion objective"),
+            std::string::npos)
+      << annealed_ar.output;
 
   const auto missing = (*dir_ / "no-such-run").string();
   const auto absent = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "absent").string(), "--set",

@@ -59,7 +59,7 @@ class ZooConfigs : public ::testing::TestWithParam<std::string> {
     auto trained = make_objective(config, *run.tokenizer);
     const auto data = cli::open_training_data(config, *run.tokenizer, trained->needs());
     TrainingSession session(config, model, std::move(trained), run.tokenizer, run_dir, run.device);
-    WindowSource source(session, data.train, data.val);
+    WindowSource source(session, data.train, data.sources);
     std::vector<double> losses;
     source.on_step = [&](int64_t, double loss) { losses.push_back(loss); };
     session.run(source);
