@@ -60,7 +60,8 @@ std::vector<ChatSegment> PromptFormat::render_conversation(const std::vector<Cha
     return m.role == "system";
   });
   std::vector<ChatMessage> turns;
-  if (!own_system && !chat_.system.empty() && chat_.format != ChatFormat::raw) turns.push_back({"system", chat_.system});
+  if (!own_system && !chat_.system.empty() && chat_.format != ChatFormat::raw)
+    turns.push_back({"system", chat_.system});
   turns.insert(turns.end(), messages.begin(), messages.end());
   for (const ChatMessage& m : turns) {
     const bool assistant = m.role == "assistant";

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "rl/task_registry.h"
 
 namespace inkstone {
 
@@ -47,11 +48,22 @@ std::vector<WeightedReward> weighted_rewards(const RlConfig& rl) {
             fmt::format("rl.rewards entry '{}' must be \"name\" or \"name=weight\" with a finite weight", entry));
       }
     }
-    reward.function = make_reward_function(entry.substr(0, eq), rl.task);
+    try {
+      reward.function = make_reward_function(entry.substr(0, eq), rl.task);
+    } catch (const InputError& e) {
+      throw InputError(fmt::format("rl.rewards entry '{}': {}", entry, e.what()));
+    }
     rewards.push_back(reward);
   }
   if (rewards.empty()) throw InputError("rl.rewards is empty: name at least one reward (e.g. \"correct\")");
   return rewards;
+}
+
+void check_rl_settings(const RlConfig& rl) {
+  find_task(rl.task);
+  if (rl.prompt_template.find("{question}") == std::string::npos)
+    throw InputError(fmt::format("rl.prompt_template = '{}' has no {{question}} for the problem", rl.prompt_template));
+  weighted_rewards(rl);
 }
 
 }  // namespace inkstone

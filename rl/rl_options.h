@@ -19,4 +19,9 @@ PolicyEvalOptions policy_eval_options(const Config& config);
 // rl.rewards entries "name" or "name=weight" as reward functions of rl.task; InputError for a malformed entry.
 std::vector<WeightedReward> weighted_rewards(const RlConfig& rl);
 
+// rl.* checked whatever the objective (a run on windows keeps its [rl] for `inkstone eval --task`): a registered
+// rl.task, an rl.prompt_template with {question}, rl.rewards that parse for that task. InputError naming the key;
+// no problem file is read.
+void check_rl_settings(const RlConfig& rl);
+
 }  // namespace inkstone

@@ -9,6 +9,7 @@
 #include "core/errors.h"
 #include "core/platform.h"
 #include "core/run_lock.h"
+#include "rl/rl_options.h"
 #include "rl/rollout_source.h"
 #include "sampler/text_samples.h"
 #include "tools/commands.h"
@@ -100,6 +101,7 @@ int train(const TrainOptions& o) {
   if (o.config_path.empty()) throw InputError("train needs a CONFIG.toml (or --print-defaults)");
   Config config = load_config(o.config_path, o.overrides);
   check_objective_settings(config);
+  check_rl_settings(config.rl);             // whatever the objective: `eval --task` reads [rl] later
   diffusion_sample_options(config.sample);  // refuses a [sample] sampler name before the run starts
   const LaunchEnv launch = launch_env_from_environment();
   if (o.dry_run)

@@ -43,6 +43,13 @@ void require_prepared_folder(const DataFolder& folder) {
                                  folder.key, folder.path));
 }
 
+// The name a folder's validation figures carry: its last path component ("data/web/" -> "web").
+std::string folder_name(const std::string& path) {
+  auto normal = std::filesystem::path(path).lexically_normal();
+  if (!normal.has_filename()) normal = normal.parent_path();
+  return normal.filename().string();
+}
+
 }  // namespace
 
 std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
@@ -95,8 +102,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
   for (const DataFolder& folder : data_folders(config.data)) {
     if (config.data.tokenizer.empty()) require_prepared_folder(folder);
     MixtureSource source;
-    source.name = std::filesystem::path(folder.path).lexically_normal().filename().string();
-    if (source.name.empty()) source.name = std::filesystem::path(folder.path).lexically_normal().parent_path().filename().string();
+    source.name = folder_name(folder.path);
     if (!names.insert(source.name).second)
       throw InputError(fmt::format("{} = '{}': another folder of data.mixture is also named '{}', which labels its "
                                    "validation figures; give the folders distinct names",

@@ -82,6 +82,12 @@ TEST_F(FineTuning, MismatchedChatSettingsAndUnmaskedPackingAreRefusedByName) {
                                "data.mode=\"pack\""});
   EXPECT_EQ(packed.exit_code, 2) << packed.output;
   EXPECT_NE(packed.output.find("set data.document_mask = true"), std::string::npos) << packed.output;
+  // [rl] is checked under any objective: a window run keeps it for `inkstone eval --task`.
+  const auto reward = run_cli({"train", config(), "--run-dir", (*dir_ / "reward").string(), "--set",
+                               "rl.rewards=[\"correct\", \"bogus=2\"]"});
+  EXPECT_EQ(reward.exit_code, 2) << reward.output;
+  EXPECT_NE(reward.output.find("rl.rewards entry 'bogus=2': unknown reward 'bogus'"), std::string::npos)
+      << reward.output;
   const auto flags = run_cli({"data", "prepare", "--input", (*dir_ / "sums.jsonl").string(), "--format", "jsonl",
                               "--field", "prompt", "--chat-format", "chatml", "--tokenizer", "byte", "--out",
                               (*dir_ / "plain").string()});
