@@ -41,8 +41,9 @@ class ByteSymbols final : public InitialSymbols {
     }
   }
 
-  void split(std::string_view word, std::vector<int32_t>& symbols) const override {
+  int64_t split(std::string_view word, std::vector<int32_t>& symbols) const override {
     for (char c : word) symbols.push_back(id_of_byte_[static_cast<uint8_t>(c)]);
+    return 0;
   }
 
  private:
@@ -70,8 +71,9 @@ class CharSymbols final : public InitialSymbols {
 
   // Hugging Face's order, kept exactly: a pending unk is written before the next known character, so it follows
   // byte-fallback tokens that came between.
-  void split(std::string_view word, std::vector<int32_t>& symbols) const override {
+  int64_t split(std::string_view word, std::vector<int32_t>& symbols) const override {
     bool unk_pending = false;
+    int64_t left_out = 0;
     for (size_t pos = 0; pos < word.size();) {
       const size_t valid_length = utf8_sequence_length(word, pos);
       const size_t length = valid_length > 0 ? valid_length : 1;
@@ -84,10 +86,13 @@ class CharSymbols final : public InitialSymbols {
         if (unk_id_ < 0) throw InputError(fmt::format("unk_token '{}' is not in the vocabulary", unk_text_));
         if (unk_pending && !fuse_unk_) symbols.push_back(unk_id_);
         unk_pending = true;
+      } else if (unk_text_.empty() && !(byte_fallback_ && fallback_covers(word.substr(pos, length)))) {
+        left_out += static_cast<int64_t>(length);  // no id, no fallback, no unk: Hugging Face drops it too
       }
       pos += length;
     }
     if (unk_pending) symbols.push_back(unk_id_);
+    return left_out;
   }
 
  private:
@@ -96,11 +101,13 @@ class CharSymbols final : public InitialSymbols {
     return it == id_of_char_.end() ? -1 : it->second;
   }
 
+  bool fallback_covers(std::string_view character) const {
+    return std::all_of(character.begin(), character.end(),
+                       [&](char c) { return fallback_id_[static_cast<uint8_t>(c)] >= 0; });
+  }
+
   bool push_fallback_bytes(std::string_view character, std::vector<int32_t>& symbols) const {
-    if (!byte_fallback_) return false;
-    for (char c : character) {
-      if (fallback_id_[static_cast<uint8_t>(c)] < 0) return false;
-    }
+    if (!byte_fallback_ || !fallback_covers(character)) return false;
     for (char c : character) symbols.push_back(fallback_id_[static_cast<uint8_t>(c)]);
     return true;
   }
@@ -215,7 +222,7 @@ std::string BpeModel::bytes(int32_t id) const {
 
 void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) const {
   if (word.size() <= 1) {  // One symbol or none: no merge applies.
-    initial_symbols_->split(word, out);
+    unrepresented_bytes_ += initial_symbols_->split(word, out);
     return;
   }
   if (!id_of_word_.empty()) {
@@ -227,7 +234,7 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
   }
   std::vector<int32_t> symbols;
   if (word.size() > kMaxCachedWordBytes) {
-    initial_symbols_->split(word, symbols);
+    unrepresented_bytes_ += initial_symbols_->split(word, symbols);
     merge_symbols(symbols, out);
     return;
   }
@@ -241,8 +248,12 @@ void BpeModel::encode_word(std::string_view word, std::vector<int32_t>& out) con
     }
   }
   const size_t first = out.size();
-  initial_symbols_->split(word, symbols);
+  const int64_t left_out = initial_symbols_->split(word, symbols);
   merge_symbols(symbols, out);
+  if (left_out > 0) {
+    unrepresented_bytes_ += left_out;
+    return;
+  }
   std::lock_guard<std::mutex> lock(cache_mutex_);
   if (cache_.size() >= kCacheEntries) cache_.clear();
   cache_.emplace(std::move(key), std::vector<int32_t>(out.begin() + first, out.end()));

@@ -1,5 +1,6 @@
 // The BPE model of a tokenizer.json: vocabulary and merges, and how one pre-token becomes ids.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -17,7 +18,8 @@ namespace inkstone {
 class InitialSymbols {
  public:
   virtual ~InitialSymbols() = default;
-  virtual void split(std::string_view word, std::vector<int32_t>& symbols) const = 0;
+  // Appends the word's symbols; returns how many of its bytes no symbol stands for (left out).
+  virtual int64_t split(std::string_view word, std::vector<int32_t>& symbols) const = 0;
 };
 
 // Model type BPE. Merges apply lowest rank first, leftmost first among equal ranks, as Hugging Face's do, to
@@ -38,6 +40,9 @@ class BpeModel {
 
   // Appends the ids of one pre-token.
   void encode_word(std::string_view word, std::vector<int32_t>& out) const;
+  // Bytes of text that encode_word has left out so far because no token stands for them (characters without a
+  // vocabulary entry, byte fallback or unk token).
+  int64_t unrepresented_bytes() const { return unrepresented_bytes_.load(); }
   int32_t size() const { return static_cast<int32_t>(texts_.size()); }
   // An id's vocabulary text as the tokenizer.json writes it ("Ġthe", "▁the", "<0x0A>").
   const std::string& text(int32_t id) const { return texts_[id]; }
@@ -70,6 +75,7 @@ class BpeModel {
   std::unordered_map<std::string, int32_t> id_of_word_;  // By raw word; only filled when ignore_merges.
 
   mutable std::mutex cache_mutex_;
+  mutable std::atomic<int64_t> unrepresented_bytes_{0};  // words that lose bytes are never cached, so each counts
   mutable std::unordered_map<std::string, std::vector<int32_t>> cache_;
 };
 

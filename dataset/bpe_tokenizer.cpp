@@ -86,6 +86,8 @@ BpeTokenizer::BpeTokenizer(const json& document, const std::string& origin) {
 
 BpeTokenizer::~BpeTokenizer() = default;
 
+int64_t BpeTokenizer::unrepresented_bytes() const { return model_->unrepresented_bytes(); }
+
 void BpeTokenizer::parse_added_tokens(const json& added) {
   int32_t size = model_->size();
   // Ids past the model's vocabulary must all be added tokens, so none can exceed it by more than their count;

@@ -69,6 +69,7 @@ class BpeTokenizer final : public Tokenizer {
   const SpecialTokens& specials() const override { return specials_; }
   bool is_special(int32_t id) const override;
   std::string kind() const override { return "bpe"; }
+  int64_t unrepresented_bytes() const override;
   nlohmann::json to_json() const override;
 
   // The merges in rank order, as pairs of ids.

@@ -326,6 +326,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   fs::create_directories(options.out_dir);
   clear_previous_output(options.out_dir);
   const int64_t vocab_size = tokenizer.vocab_size();
+  const int64_t unrepresented_before = tokenizer.unrepresented_bytes();
   const TokenDtype dtype = dtype_for_vocab(vocab_size);
   const bool chat = options.format == InputFormat::chat;
   const PromptFormat format(options.chat, tokenizer);
@@ -390,7 +391,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   tokenizer.save(options.out_dir / "tokenizer.json");
   write_manifest(options.out_dir, manifest);
   if (options.show_progress) progress.finish(input_bytes, counters());
-  return {manifest, input_bytes, progress.elapsed_s()};
+  return {manifest, input_bytes, tokenizer.unrepresented_bytes() - unrepresented_before, progress.elapsed_s()};
 }
 
 }  // namespace inkstone

@@ -57,6 +57,7 @@ struct PrepareOptions {
 struct PrepareSummary {
   Manifest manifest;
   int64_t input_bytes = 0;
+  int64_t unrepresented_bytes = 0;  // input bytes no token stands for, left out (Tokenizer::unrepresented_bytes)
   double seconds = 0;
 };
 

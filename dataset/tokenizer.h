@@ -49,6 +49,10 @@ class Tokenizer {
   virtual std::string kind() const = 0;
   // The Hugging Face tokenizer.json document that reloads this tokenizer exactly.
   virtual nlohmann::json to_json() const = 0;
+  // Bytes of text that encode() has left out so far because no token stands for them: a vocabulary without an unk
+  // token or byte fallback drops the characters it lacks, as Hugging Face does (a byte-level vocabulary read with
+  // `pre_tokenizer: null` drops spaces and non-ASCII text this way). `data prepare` reports them.
+  virtual int64_t unrepresented_bytes() const { return 0; }
 
   // Stable hash of to_json(): shards and checkpoints record it to catch a mismatched tokenizer.
   std::string fingerprint() const;

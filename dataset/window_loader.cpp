@@ -88,7 +88,11 @@ void WindowLoader::fill_row(TokenBatch& batch, int64_t row, int64_t offset, int6
   const auto first = static_cast<size_t>(row * batch.cols);
   tokens_.read(offset, length, batch.tokens.data() + first);
   std::fill_n(batch.real.begin() + static_cast<std::ptrdiff_t>(first), length, uint8_t{1});
-  if (tokens_.has_loss_mask()) tokens_.read_loss_mask(offset, length, batch.trained.data() + first);
+  if (tokens_.has_loss_mask()) {
+    if (batch.trained.size() != batch.tokens.size())
+      throw std::logic_error("fill_row: a folder with loss masks needs a batch with a loss mask");
+    tokens_.read_loss_mask(offset, length, batch.trained.data() + first);
+  }
 }
 
 TokenBatch WindowLoader::train_batch(int64_t step, int64_t batch_size) const {

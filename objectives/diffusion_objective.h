@@ -42,8 +42,8 @@ Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id);
 
 // AR -> diffusion adaptation (DiffuLLaMA's attention mask annealing, Gong et al. 2025): at training step
 // s < N = diffusion.attention_anneal_steps a query attends to every earlier key and, beyond them, to each later key
-// with probability s / N (one draw per (query, key) pair shared by the batch), so the causal attention an AR
-// checkpoint was trained with opens gradually; from step N on, and in evaluation, attention is bidirectional.
+// with probability s / N (one draw per (query, key) pair, shared by the micro-batch's rows), so the causal attention
+// an AR checkpoint was trained with opens gradually; from step N on, and in evaluation, attention is bidirectional.
 // Undefined when attention is bidirectional.
 torch::Tensor annealed_attention(int64_t step, int64_t anneal_steps, int64_t length, torch::Device device);
 

@@ -45,6 +45,11 @@ void print_summary(const PrepareSummary& summary, const std::filesystem::path& o
       fmt::print("        trained on {} of {} tokens ({:.1f}%): the loss mask\n", split.trained_tokens, split.tokens,
                  split.tokens > 0 ? 100.0 * static_cast<double>(split.trained_tokens) / split.tokens : 0.0);
   }
+  if (summary.unrepresented_bytes > 0)
+    fmt::print("warning: {} bytes of the input have no token in this tokenizer (no unk token, no byte fallback) and "
+               "are left out of the shards; a byte-level vocabulary whose tokenizer.json has no ByteLevel "
+               "pre_tokenizer loses spaces and non-ASCII text this way\n",
+               summary.unrepresented_bytes);
   const double seconds = std::max(summary.seconds, 1e-9);
   fmt::print("read {} in {:.2f} s: {}/s, {} tokens/s\n", human_bytes(summary.input_bytes), summary.seconds,
              human_bytes(summary.input_bytes / seconds), human_count(tokens / seconds));

@@ -11,6 +11,7 @@
 #include "config/config_schema.h"
 #include "core/errors.h"
 #include "objectives/objective.h"
+#include "tools/run_setup.h"
 
 namespace inkstone::cli {
 namespace {
@@ -33,6 +34,7 @@ InitialCheckpoint read_description(const std::string& key, const std::string& pa
   initial.checkpoint = load_checkpoint(path, CheckpointParts::description);
   initial.config = config_from_string(initial.checkpoint.config_toml, path + "/config.toml");
   initial.tokenizer = tokenizer_from_json(initial.checkpoint.tokenizer, path + "/tokenizer.json");
+  check_trained_objective(initial.checkpoint, initial.config);
   return initial;
 }
 

@@ -170,18 +170,19 @@ void print_run_header(const Config& config, LanguageModel& model, const std::fil
              at::get_num_threads(), blas_library());
 }
 
+void check_trained_objective(const CheckpointData& checkpoint, const Config& config) {
+  if (const auto trainer = checkpoint.state.find("objective");
+      trainer != checkpoint.state.end() && trainer->is_string() && *trainer != config.objective.name)
+    throw InputError(fmt::format("{}: config.toml names objective '{}' but state.json records that objective '{}' "
+                                 "trained these weights",
+                                 checkpoint.folder.string(), config.objective.name, trainer->get<std::string>()));
+}
+
 TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const std::string& device) {
   CheckpointData checkpoint = load_checkpoint(checkpoint_or_run_dir, CheckpointParts::model);
   TrainedModel trained;
   trained.config = config_from_string(checkpoint.config_toml, checkpoint_or_run_dir + "/config.toml");
-  // state.json records the objective that trained the weights; a config.toml naming another would sample or score
-  // them as what they are not (uniform diffusion on AR weights).
-  if (const auto trainer = checkpoint.state.find("objective");
-      trainer != checkpoint.state.end() && trainer->is_string() && *trainer != trained.config.objective.name)
-    throw InputError(fmt::format("{}: config.toml names objective '{}' but state.json records that objective '{}' "
-                                 "trained these weights",
-                                 checkpoint.folder.string(), trained.config.objective.name,
-                                 trainer->get<std::string>()));
+  check_trained_objective(checkpoint, trained.config);
   set_threads(trained.config.run.threads);
   warn_if_reference_blas();
   trained.device = resolve_device(device.empty() ? trained.config.run.device : device);

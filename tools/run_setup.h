@@ -47,6 +47,10 @@ LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer, 
 void print_run_header(const Config& config, LanguageModel& model, const std::filesystem::path& run_dir,
                       torch::Device device);
 
+// state.json records the objective that trained the weights; a config.toml naming another would sample, score or
+// adopt them as what they are not (uniform diffusion on AR weights): InputError naming the folder.
+void check_trained_objective(const CheckpointData& checkpoint, const Config& config);
+
 // A trained model restored from a checkpoint folder or a run folder (its newest checkpoint).
 struct TrainedModel {
   Config config;

@@ -1,6 +1,8 @@
 // Token-window steps for the training session (train/window_source.h).
 #include "train/window_source.h"
 
+#include <cmath>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
@@ -197,6 +199,10 @@ EvalReport WindowSource::evaluate(TrainingSession& session) {
   for (const auto& source : sources_) total_weight += source.weight;
   for (size_t i = 0; i < sources_.size(); ++i)
     for (const auto& [name, value] : per_source[i]) report.metrics[name] += sources_[i].weight / total_weight * value;
+  // Not means: the tokens scored add up, and perplexity is that of the mean loss.
+  report.metrics["tokens"] = 0;
+  for (const auto& figures : per_source) report.metrics["tokens"] += figures.at("tokens");
+  report.metrics["perplexity"] = std::exp(report.metrics.at("loss_nats"));
   report.line = {{"split", "val"}, {"tokens_seen", tokens_seen_}, {"loss", report.metrics.at("loss_nats")}};
   for (const auto& [name, value] : report.metrics) report.line[name] = value;
   if (sources_.size() > 1)

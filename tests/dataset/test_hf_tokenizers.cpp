@@ -170,4 +170,18 @@ TEST(HfTokenizers, TokenIdsThatAreNotOneIntegerEachAreRefusedByName) {
               std::string::npos);
 }
 
+// A byte-level vocabulary read with `pre_tokenizer: null` is a character vocabulary without unk or byte fallback:
+// like Hugging Face it drops what it lacks (the space, which it spells "Ġ", and a CJK character), but it counts the
+// bytes so that `data prepare` can say so.
+TEST(HfTokenizers, BytesWithoutATokenAreCountedWhenLeftOut) {
+  json document = json::parse(zstd_decompress(read_file(fixtures_dir() / "qwen3_tokenizer.json.zst")));
+  const auto whole = tokenizer_from_json(document, "qwen3");
+  EXPECT_EQ(whole->decode(whole->encode("a b\xe4\xb8\xad")), "a b\xe4\xb8\xad");
+  EXPECT_EQ(whole->unrepresented_bytes(), 0);
+  document["pre_tokenizer"] = nullptr;
+  const auto lossy = tokenizer_from_json(document, "qwen3 without its pre-tokenizer");
+  for (int repeat = 0; repeat < 2; ++repeat) lossy->encode("a b\xe4\xb8\xad");  // the second is not a cache hit
+  EXPECT_EQ(lossy->unrepresented_bytes(), 2 * (1 + 3));
+}
+
 }  // namespace inkstone
