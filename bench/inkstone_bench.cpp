@@ -253,10 +253,10 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
   options.fused = a.fused;
   options.posterior_dtype = a.posterior == "float32" ? torch::kFloat : torch::kDouble;
   options.steps = 2;  // warmup: first calls allocate and pick kernels
-  sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
+  sample_diffusion(model_denoiser(s.model, process), process, canvas, options, s.ctx.device);
   options.steps = a.denoise_steps;
   const auto start = std::chrono::steady_clock::now();
-  const auto result = sample_diffusion(model_denoiser(s.model), process, canvas, options, s.ctx.device);
+  const auto result = sample_diffusion(model_denoiser(s.model, process), process, canvas, options, s.ctx.device);
   const double seconds = seconds_since(start);
   return {{"sequences_per_s", a.batch / seconds},
           {"seconds", seconds},

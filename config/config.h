@@ -185,6 +185,7 @@ struct DiffusionConfig {
   double mixture_gamma;        // mixture: γ of the uniform share's bump
   int64_t block_size;          // > 0: block diffusion (BD3-LM) on [x_0 | x_t] with a block-causal mask
   int64_t attention_anneal_steps;  // AR -> diffusion: causal attention opened to bidirectional over these steps
+  bool shifted_outputs;        // AR -> diffusion (Dream): the output at position i predicts token i + 1
   bool noise_specials;         // uniform noise also emits special ids (never pad or mask)
 };
 

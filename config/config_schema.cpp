@@ -244,6 +244,10 @@ std::vector<FieldSpec> build_schema() {
                      "AR -> diffusion adaptation (DiffuLLaMA): over the first N steps each query also sees a random "
                      "share s/N of the later keys, so attention opens from causal to bidirectional; 0: off.")
           .at_least(0),
+      INKSTONE_FIELD(diffusion, shifted_outputs, false,
+                     "AR -> diffusion adaptation (Dream): the output at position i predicts token i + 1, as the AR "
+                     "head the model starts from did; position 0 and a packed document's first token read their "
+                     "own."),
       INKSTONE_FIELD(diffusion, block_size, int64_t{0},
                      "Block diffusion (BD3-LM): > 0 trains each block of this many tokens on noise of its own t, "
                      "seeing the clean blocks before it (a block-causal mask over [x_0 | x_t]); 0: off.")
@@ -260,7 +264,8 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_CHOICE_FIELD(data, mode, WindowMode::pack,
                             "pack: windows across documents; pad: one document per window."),
       INKSTONE_FIELD(data, document_mask, false,
-                     "pack: a token attends to (and convolves over) its own document only; documents end at eos."),
+                     "pack: a token attends to (and convolves over) its own document only; documents part at eos "
+                     "(AR: the eos opens the next one, diffusion: it ends its own)."),
       INKSTONE_FIELD(data, seed, int64_t{-1},
                      "Seed of the training windows' order; -1: run.seed (which also seeds the weights).")
           .at_least(-1),

@@ -31,6 +31,8 @@ struct Batch {
   // [B, W] bool: the tokens the loss trains on (fine-tuning on conversations: the responses, docs/training.md,
   // "Fine-tuning on conversations"); the others are context only. Undefined: every real token.
   torch::Tensor loss_mask;
+  // [B] bool, with loss_mask: the rows holding a conversation (the others are plain text of a mixture).
+  torch::Tensor conversations;
   RolloutAnnotations rollout;
 };
 
@@ -39,11 +41,22 @@ inline torch::Tensor scored_tokens(const Batch& batch) {
   return batch.loss_mask.defined() ? batch.real & batch.loss_mask : batch.real;
 }
 
-// The document of every token of packed windows [B, W]: documents end at eos, so a token's index counts the eos
-// tokens before it in its row (an eos belongs to the document it ends).
-inline torch::Tensor packed_documents(const torch::Tensor& tokens, int64_t eos_id) {
-  const auto ends = tokens.eq(eos_id).to(torch::kLong);
-  return ends.cumsum(1) - ends;
+// How packed windows part into documents (data.document_mask): at each eos. A causal model reads an eos as the
+// input that predicts the next document's first token, so the eos opens that document, which then starts as the
+// prompt `sample` gives it (chat.prompt_start = eos) and is predicted from nothing of the document before. A
+// bidirectional model keeps the eos with the text it ends, which is where it learns that the text has ended.
+struct DocumentSplit {
+  int64_t eos = -1;  // < 0: documents are not kept apart
+  bool eos_opens = false;
+  bool active() const { return eos >= 0; }
+};
+
+// The document of every token of packed windows [B, W]: the number of eos before it in its row, counting an eos as
+// the first token of the document after it when `split.eos_opens`, else as the last of the one it ends.
+inline torch::Tensor packed_documents(const torch::Tensor& tokens, const DocumentSplit& split) {
+  const auto ends = tokens.eq(split.eos).to(torch::kLong);
+  const auto opened = ends.cumsum(1);
+  return split.eos_opens ? opened : opened - ends;
 }
 
 // The validation split as a fixed sequence of batches, so one checkpoint always gives the same numbers.

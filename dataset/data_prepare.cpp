@@ -33,6 +33,8 @@ struct DocumentPiece {
   // A conversation (chat format), already encoded with its loss mask; `text` is its rendering.
   const EncodedConversation* conversation = nullptr;
   bool eos_trained = false;
+  // A turn of the conversation before it (--split-turns): the same split, so no conversation spans both.
+  bool same_split_as_previous = false;
 };
 
 using PieceHandler = std::function<void(const DocumentPiece&)>;
@@ -132,12 +134,19 @@ void read_jsonl(const fs::path& file, const std::string& field, const PieceHandl
   });
 }
 
-// One conversation of a chat JSONL line (dataset/data_prepare.h); InputError naming file:line and the key.
-std::vector<ChatMessage> conversation_of(const nlohmann::json& record, const std::string& where) {
+// One conversation of a chat JSONL line (dataset/data_prepare.h); InputError naming file:line and the key. A text
+// holding one of the format's turn markers is refused: it would be encoded as a turn of its own.
+std::vector<ChatMessage> conversation_of(const nlohmann::json& record, const std::string& where,
+                                         const PromptFormat& format) {
   if (!record.is_object()) throw InputError(fmt::format("{}: a conversation must be a JSON object", where));
+  const auto markers = format.turn_markers();
   const auto text_of = [&](const nlohmann::json& value, const std::string& key) {
     if (!value.is_string()) throw InputError(fmt::format("{}: '{}' must be a string", where, key));
-    return value.get<std::string>();
+    std::string text = value.get<std::string>();
+    for (const std::string_view marker : markers)
+      if (text.find(marker) != std::string::npos)
+        throw InputError(fmt::format("{}: '{}' holds '{}', which marks turns in this chat format", where, key, marker));
+    return text;
   };
   std::vector<ChatMessage> messages;
   if (const auto list = record.find("messages"); list != record.end()) {
@@ -166,22 +175,44 @@ std::vector<ChatMessage> conversation_of(const nlohmann::json& record, const std
   return messages;
 }
 
+// Ends each conversation after its last assistant message and trains on that message alone (the turns before it
+// are context): --split-turns writes one such conversation per assistant message (LLaDA's multi-turn SFT).
+std::vector<std::vector<ChatMessage>> single_response_conversations(const std::vector<ChatMessage>& messages) {
+  std::vector<std::vector<ChatMessage>> out;
+  for (size_t i = 0; i < messages.size(); ++i)
+    if (messages[i].role == "assistant") out.emplace_back(messages.begin(), messages.begin() + i + 1);
+  return out;
+}
+
+int64_t count_responses(const std::vector<ChatMessage>& messages) {
+  return std::count_if(messages.begin(), messages.end(), [](const ChatMessage& m) { return m.role == "assistant"; });
+}
+
 void read_chat(const fs::path& file, const PrepareOptions& options, const PromptFormat& format,
-               const PieceHandler& on_piece) {
+               const PieceHandler& on_piece, int64_t& multi_response_conversations) {
   for_each_json_line(file, [&](const nlohmann::json& record, const std::string& where, int64_t read_bytes) {
-    const auto messages = conversation_of(record, where);
-    EncodedConversation encoded = format.encode_conversation(messages, options.train_on_all);
-    // A prompt that starts from eos starts from the eos ending the document before it, as in pretraining on
-    // eos-separated documents; written again, that eos would end a document of its own.
-    if (options.chat.prompt_start == PromptStart::eos) {
-      encoded.ids.erase(encoded.ids.begin());
-      encoded.trained.erase(encoded.trained.begin());
+    const auto messages = conversation_of(record, where, format);
+    const auto conversations =
+        options.split_turns ? single_response_conversations(messages) : std::vector<std::vector<ChatMessage>>{messages};
+    for (size_t turn = 0; turn < conversations.size(); ++turn) {
+      const auto& conversation = conversations[turn];
+      const bool earlier_responses_trained = !options.split_turns;
+      EncodedConversation encoded =
+          format.encode_conversation(conversation, options.train_on_all, earlier_responses_trained);
+      if (earlier_responses_trained && count_responses(conversation) > 1) ++multi_response_conversations;
+      // A prompt that starts from eos starts from the eos ending the document before it, as in pretraining on
+      // eos-separated documents; written again, that eos would end a document of its own.
+      if (options.chat.prompt_start == PromptStart::eos) {
+        encoded.ids.erase(encoded.ids.begin());
+        encoded.trained.erase(encoded.trained.begin());
+      }
+      std::string rendered;
+      for (const auto& segment : format.render_conversation(conversation)) rendered += segment.text;
+      DocumentPiece piece{rendered, true, true, read_bytes, &encoded, false};
+      piece.eos_trained = options.train_on_all || conversation.back().role == "assistant";
+      piece.same_split_as_previous = turn > 0;
+      on_piece(piece);
     }
-    std::string rendered;
-    for (const auto& segment : format.render_conversation(messages)) rendered += segment.text;
-    DocumentPiece piece{rendered, true, true, read_bytes, &encoded, false};
-    piece.eos_trained = options.train_on_all || messages.back().role == "assistant";
-    on_piece(piece);
   });
 }
 
@@ -203,12 +234,12 @@ void read_fortunes(const fs::path& file, const PieceHandler& on_piece) {
 }
 
 void read_documents(const fs::path& file, const PrepareOptions& options, const PromptFormat& format,
-                    const PieceHandler& on_piece) {
+                    const PieceHandler& on_piece, int64_t& multi_response_conversations) {
   switch (options.format) {
     case InputFormat::text: return read_text(file, options.chunk_bytes, on_piece);
     case InputFormat::jsonl: return read_jsonl(file, options.jsonl_field, on_piece);
     case InputFormat::fortune: return read_fortunes(file, on_piece);
-    case InputFormat::chat: return read_chat(file, options, format, on_piece);
+    case InputFormat::chat: return read_chat(file, options, format, on_piece, multi_response_conversations);
   }
 }
 
@@ -334,7 +365,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   ShardWriter val(options.out_dir, "val", dtype, vocab_size, options.max_shard_tokens, chat);
 
   ProgressBar progress("prepare", input_bytes, ProgressBar::Unit::bytes);
-  int64_t documents = 0, tokens = 0, finished_files_bytes = 0;
+  int64_t documents = 0, assigned = 0, tokens = 0, finished_files_bytes = 0, multi_response_conversations = 0;
   auto counters = [&] {
     return fmt::format("{} docs, {} tokens, {} tokens/s", human_count(documents), human_count(tokens),
                        human_count(tokens / std::max(progress.elapsed_s(), 1e-9)));
@@ -342,10 +373,13 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   ShardWriter* split = nullptr;
   auto add_piece = [&](const fs::path& file, const DocumentPiece& piece, std::optional<bool> validation) {
       if (piece.starts_document) {
-        const bool to_val =
-            validation.value_or(is_validation_document(piece.text, documents, options.val_fraction));
+        // The rule numbers what is assigned: the turns of one split conversation count once.
+        if (!piece.same_split_as_previous) {
+          const bool to_val =
+              validation.value_or(is_validation_document(piece.text, assigned++, options.val_fraction));
+          split = to_val ? &val : &train;
+        }
         ++documents;
-        split = to_val ? &val : &train;
       }
       const auto* conversation = piece.conversation;
       std::vector<int32_t> ids = conversation ? conversation->ids : tokenizer.encode(piece.text);
@@ -353,7 +387,8 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
       if (piece.ends_document) ids.push_back(eos);
       if (conversation) trained.push_back(piece.eos_trained);
       try {
-        split->append(ids, conversation ? conversation->text_bytes : static_cast<int64_t>(piece.text.size()), trained);
+        if (conversation) split->append(ids, conversation->text_bytes, trained, conversation->trained_bytes);
+        else split->append(ids, static_cast<int64_t>(piece.text.size()));
       } catch (const InputError& e) {
         throw InputError(fmt::format("{}: {}", file.string(), e.what()));
       }
@@ -367,7 +402,9 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
         add_piece(file, piece, validation);
       });
     } else {
-      read_documents(file, options, format, [&](const DocumentPiece& piece) { add_piece(file, piece, std::nullopt); });
+      read_documents(
+          file, options, format, [&](const DocumentPiece& piece) { add_piece(file, piece, std::nullopt); },
+          multi_response_conversations);
     }
     finished_files_bytes += static_cast<int64_t>(fs::file_size(file));
   }
@@ -385,7 +422,7 @@ PrepareSummary prepare_data(const PrepareOptions& options, const Tokenizer& toke
   manifest.loss_mask = chat;
   if (chat)
     manifest.chat = ChatRecord{choice_name(options.chat.format), options.chat.system,
-                               choice_name(options.chat.prompt_start)};
+                               choice_name(options.chat.prompt_start), multi_response_conversations};
   manifest.splits["train"] = train.finish();
   manifest.splits["val"] = val.finish();
   tokenizer.save(options.out_dir / "tokenizer.json");

@@ -7,7 +7,9 @@
 // "content": "..."}, ...]} or {"prompt": "...", "response": "..."} ("completion" is taken for "response"),
 // rendered in `chat`'s format (dataset/prompt_format.h) with a loss mask on the responses (all tokens with
 // `train_on_all`); the eos that ends it is trained when the conversation ends with a response. With
-// chat.prompt_start = eos the eos ending the previous conversation is its start token.
+// chat.prompt_start = eos the eos ending the previous conversation is its start token. With `split_turns` a
+// conversation of n assistant messages is written as n conversations, the k-th ending after the k-th response and
+// trained on it alone (the turns before are context); they count as one document for the validation split.
 // Documents with no bytes are skipped; every other one is encoded and ends with eos. Folders are read
 // recursively in sorted path order, skipping names that start with '.', so a folder always gives the same shards.
 //
@@ -46,6 +48,7 @@ struct PrepareOptions {
   std::string jsonl_field = "text";
   ChatConfig chat = default_config().chat;  // format == chat: how conversations render (the run's [chat])
   bool train_on_all = false;                // format == chat: no loss mask on prompts
+  bool split_turns = false;                 // format == chat: one conversation per assistant message
   double val_fraction = 0.05;
   ValSplit val_split = ValSplit::documents;
   int64_t max_shard_tokens = int64_t{64} << 20;

@@ -17,19 +17,20 @@ struct ChatMessage {
   std::string content;
 };
 
-// A piece of a rendered conversation; `response` marks what the assistant wrote (its content and its turn's end
-// marker), which fine-tuning trains on.
+// A piece of a rendered conversation; `response` marks what the assistant wrote (its content and its turn's end,
+// up to the next turn), which fine-tuning trains on.
 struct ChatSegment {
   std::string text;
   bool response = false;
 };
 
-// A conversation as token ids and a loss mask (1 on response tokens), each segment encoded on its own so that a
-// prompt's tokens are exactly those `encode` gives it at sampling time.
+// A conversation as token ids and a loss mask (1 on response tokens): the whole text encoded at once, a prompt's
+// tokens exactly those `encode` gives it at sampling time (PromptFormat::encode_conversation).
 struct EncodedConversation {
   std::vector<int32_t> ids;
   std::vector<uint8_t> trained;
   int64_t text_bytes = 0;  // bytes of rendered text the ids stand for (the start token adds none)
+  int64_t trained_bytes = 0;  // of them, the bytes of the trained tokens' text
 };
 
 class PromptFormat {
@@ -47,8 +48,12 @@ class PromptFormat {
   // conversation replaces chat.system). Everything up to an assistant's content renders as render() renders a
   // prompt, so a model fine-tuned on it is prompted as it was trained; raw concatenates the contents.
   std::vector<ChatSegment> render_conversation(const std::vector<ChatMessage>& messages) const;
-  // The start token (if any, not trained), then every segment encoded; `train_on_all` trains on every token.
-  EncodedConversation encode_conversation(const std::vector<ChatMessage>& messages, bool train_on_all) const;
+  // The start token (if any, not trained), then every segment encoded; `train_on_all` trains on every token, else
+  // the responses, all of them or (`earlier_responses_trained` false) the last one alone.
+  EncodedConversation encode_conversation(const std::vector<ChatMessage>& messages, bool train_on_all,
+                                          bool earlier_responses_trained = true) const;
+  // The texts the format marks turns with (none for raw): a message holding one would forge a turn.
+  std::vector<std::string_view> turn_markers() const;
   // eos and the stop tokens: a completion ends after drawing any of them.
   const std::vector<int32_t>& end_ids() const { return end_ids_; }
 

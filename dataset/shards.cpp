@@ -49,7 +49,7 @@ nlohmann::json split_to_json(const SplitInfo& split, bool loss_mask) {
   }
   nlohmann::json out = {{"tokens", split.tokens}, {"documents", split.documents}, {"text_bytes", split.text_bytes},
                         {"shards", shards}};
-  if (loss_mask) out["trained_tokens"] = split.trained_tokens;
+  if (loss_mask) out.update({{"trained_tokens", split.trained_tokens}, {"trained_bytes", split.trained_bytes}});
   return out;
 }
 
@@ -73,9 +73,13 @@ SplitInfo split_from_json(const nlohmann::json& document, bool loss_mask, const 
   split.documents = non_negative(document, "documents", where);
   split.text_bytes = non_negative(document, "text_bytes", where);
   split.trained_tokens = loss_mask ? non_negative(document, "trained_tokens", where) : split.tokens;
+  split.trained_bytes = loss_mask ? non_negative(document, "trained_bytes", where) : split.text_bytes;
   if (split.trained_tokens > split.tokens)
     throw InputError(fmt::format("{}: trained_tokens = {} exceeds its {} tokens", where, split.trained_tokens,
                                  split.tokens));
+  if (split.trained_bytes > split.text_bytes)
+    throw InputError(fmt::format("{}: trained_bytes = {} exceeds its {} text bytes", where, split.trained_bytes,
+                                 split.text_bytes));
   for (const auto& entry : document.at("shards")) {
     split.shards.push_back({shard_file_name(entry, "file", where), non_negative(entry, "tokens", where),
                             non_negative(entry, "documents", where), entry.at("xxh64").get<std::string>()});
@@ -103,7 +107,7 @@ nlohmann::json manifest_to_json(const Manifest& manifest) {
   nlohmann::json splits = nlohmann::json::object();
   for (const auto& [name, split] : manifest.splits) splits[name] = split_to_json(split, manifest.loss_mask);
   nlohmann::json document = {{"format", kFormatName},
-          {"format_version", manifest.format_version},
+          {"format_version", manifest.loss_mask ? kMaskedShardFormatVersion : kShardFormatVersion},
           {"tokenizer",
            {{"kind", manifest.tokenizer_kind},
             {"fingerprint", manifest.tokenizer_fingerprint},
@@ -119,7 +123,8 @@ nlohmann::json manifest_to_json(const Manifest& manifest) {
   if (manifest.chat)
     document["chat"] = {{"format", manifest.chat->format},
                         {"system", manifest.chat->system},
-                        {"prompt_start", manifest.chat->prompt_start}};
+                        {"prompt_start", manifest.chat->prompt_start},
+                        {"multi_response_conversations", manifest.chat->multi_response_conversations}};
   return document;
 }
 
@@ -129,10 +134,10 @@ Manifest manifest_from_json(const nlohmann::json& document, const std::string& o
       throw InputError(fmt::format("{}: not an inkstone token-shard manifest", origin));
     }
     Manifest manifest;
-    manifest.format_version = document.at("format_version").get<int>();
-    if (manifest.format_version != kShardFormatVersion) {
-      throw InputError(fmt::format("{}: format version {} but this build reads {}; prepare the data again", origin,
-                                   manifest.format_version, kShardFormatVersion));
+    const int version = document.at("format_version").get<int>();
+    if (version != kShardFormatVersion && version != kMaskedShardFormatVersion) {
+      throw InputError(fmt::format("{}: format version {} but this build reads {} and {}; prepare the data again",
+                                   origin, version, kShardFormatVersion, kMaskedShardFormatVersion));
     }
     const auto& tokenizer = document.at("tokenizer");
     manifest.tokenizer_kind = tokenizer.at("kind").get<std::string>();
@@ -154,9 +159,13 @@ Manifest manifest_from_json(const nlohmann::json& document, const std::string& o
     manifest.val_fraction = document.at("validation").at("fraction").get<double>();
     manifest.val_rule = document.at("validation").at("rule").get<std::string>();
     manifest.loss_mask = document.value("loss_mask", false);
+    if (manifest.loss_mask != (version == kMaskedShardFormatVersion))
+      throw InputError(fmt::format("{}: format version {} {} loss masks; prepare the data again", origin, version,
+                                   manifest.loss_mask ? "does not carry" : "needs"));
     if (const auto chat = document.find("chat"); chat != document.end())
       manifest.chat = ChatRecord{chat->at("format").get<std::string>(), chat->at("system").get<std::string>(),
-                                 chat->at("prompt_start").get<std::string>()};
+                                 chat->at("prompt_start").get<std::string>(),
+                                 non_negative(*chat, "multi_response_conversations", origin + " chat")};
     for (const auto& [name, split] : document.at("splits").items())
       manifest.splits[name] = split_from_json(split, manifest.loss_mask, fmt::format("{} split '{}'", origin, name));
     return manifest;
@@ -199,7 +208,8 @@ ShardWriter::~ShardWriter() {
   XXH64_freeState(mask_hash_);
 }
 
-void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained) {
+void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained,
+                         int64_t trained_bytes) {
   if (loss_mask_ != !trained.empty() || (loss_mask_ && trained.size() != ids.size()))
     throw std::invalid_argument("ShardWriter::append: one mask value per id exactly when the folder has loss masks");
   if (!file_) {
@@ -232,6 +242,7 @@ void ShardWriter::append(const std::vector<int32_t>& ids, int64_t text_bytes, co
   split_info_.tokens += static_cast<int64_t>(ids.size());
   if (!loss_mask_) split_info_.trained_tokens += static_cast<int64_t>(ids.size());
   split_info_.text_bytes += text_bytes;
+  split_info_.trained_bytes += loss_mask_ ? trained_bytes : text_bytes;
 }
 
 void ShardWriter::end_document() {

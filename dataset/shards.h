@@ -24,7 +24,10 @@
 
 namespace inkstone {
 
+// Version 2 is a folder with loss masks beside its shards (conversations): a reader of version 1 would train on
+// every token of it, so it must refuse the folder rather than ignore the masks.
 inline constexpr int kShardFormatVersion = 1;
+inline constexpr int kMaskedShardFormatVersion = 2;
 
 enum class TokenDtype { uint16, uint32 };
 
@@ -49,6 +52,8 @@ struct SplitInfo {
   // Bytes of source text the tokens decode to (eos adds none): bits per byte = nats per token / ln 2 * tokens / bytes.
   int64_t text_bytes = 0;
   int64_t trained_tokens = 0;  // tokens the loss mask trains on; equals `tokens` in a folder without loss masks
+  // Bytes of source text the trained tokens decode to; equals `text_bytes` in a folder without loss masks.
+  int64_t trained_bytes = 0;
 };
 
 // How the conversations of a folder of chat data were rendered (dataset/prompt_format.h): a run that trains on
@@ -57,10 +62,12 @@ struct ChatRecord {
   std::string format;  // chat.format's value
   std::string system;
   std::string prompt_start;
+  // Conversations trained on more than one response: a diffusion objective would see a later turn beside a noised
+  // earlier response (`data prepare --split-turns` writes none).
+  int64_t multi_response_conversations = 0;
 };
 
 struct Manifest {
-  int format_version = kShardFormatVersion;
   std::string tokenizer_kind;
   std::string tokenizer_fingerprint;
   int64_t vocab_size = 0;
@@ -94,8 +101,9 @@ class ShardWriter {
   ShardWriter& operator=(const ShardWriter&) = delete;
 
   // Appends ids of the current document, which stand for `text_bytes` bytes of source text, and with a loss mask
-  // their mask (one 0 / 1 per id). An id outside [0, vocab_size) is an InputError.
-  void append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained = {});
+  // their mask (one 0 / 1 per id) and the bytes of the trained ones. An id outside [0, vocab_size) is an InputError.
+  void append(const std::vector<int32_t>& ids, int64_t text_bytes, const std::vector<uint8_t>& trained = {},
+              int64_t trained_bytes = 0);
   // Closes the current document; the shard is closed once it holds max_shard_tokens or more.
   void end_document();
   SplitInfo finish();

@@ -65,9 +65,13 @@ WindowLoader::WindowLoader(const std::filesystem::path& data_dir, WindowLoaderOp
       throw InputError(fmt::format("{} holds {} documents but the manifest says {}", where, documents,
                                    split_.documents));
     }
+    // Conversations that start from eos were written without it (the eos ending the document before serves): a
+    // padded row puts it back in front, as the context the prompt starts from (docs/training.md, "Fine-tuning on
+    // conversations").
+    leading_eos_ = manifest_.chat && manifest_.chat->prompt_start == "eos";
     eval_window_starts_.push_back(0);
     for (int64_t d = 0; d < documents; ++d) {
-      const int64_t length = document_starts_[d + 1] - document_starts_[d];
+      const int64_t length = document_starts_[d + 1] - document_starts_[d] + (leading_eos_ ? 1 : 0);
       eval_window_starts_.push_back(eval_window_starts_.back() + (length + options_.window_len - 1) / options_.window_len);
     }
   }
@@ -79,19 +83,28 @@ TokenBatch WindowLoader::empty_batch(int64_t rows) const {
   batch.cols = options_.window_len;
   batch.tokens.assign(static_cast<size_t>(rows * batch.cols), manifest_.pad);
   batch.real.assign(static_cast<size_t>(rows * batch.cols), 0);
-  if (tokens_.has_loss_mask()) batch.trained.assign(static_cast<size_t>(rows * batch.cols), 0);
+  if (tokens_.has_loss_mask()) {
+    batch.trained.assign(static_cast<size_t>(rows * batch.cols), 0);
+    batch.conversations.assign(static_cast<size_t>(rows), 0);
+  }
   return batch;
 }
 
-void WindowLoader::fill_row(TokenBatch& batch, int64_t row, int64_t offset, int64_t end) const {
-  const int64_t length = std::min(batch.cols, end - offset);
-  const auto first = static_cast<size_t>(row * batch.cols);
+void WindowLoader::fill_row(TokenBatch& batch, int64_t row, int64_t offset, int64_t end, bool lead) const {
+  auto first = static_cast<size_t>(row * batch.cols);
+  if (lead) {  // the eos is context: real, never trained
+    batch.tokens[first] = manifest_.eos;
+    batch.real[first] = 1;
+    ++first;
+  }
+  const int64_t length = std::min(batch.cols - (lead ? 1 : 0), end - offset);
   tokens_.read(offset, length, batch.tokens.data() + first);
   std::fill_n(batch.real.begin() + static_cast<std::ptrdiff_t>(first), length, uint8_t{1});
   if (tokens_.has_loss_mask()) {
-    if (batch.trained.size() != batch.tokens.size())
+    if (batch.trained.size() != batch.tokens.size() || batch.conversations.size() != static_cast<size_t>(batch.rows))
       throw std::logic_error("fill_row: a folder with loss masks needs a batch with a loss mask");
     tokens_.read_loss_mask(offset, length, batch.trained.data() + first);
+    batch.conversations[static_cast<size_t>(row)] = 1;
   }
 }
 
@@ -112,7 +125,7 @@ void WindowLoader::fill_train_row(TokenBatch& batch, int64_t row, int64_t step, 
     fill_row(batch, row, offset, tokens_.size());
   } else {
     const auto document = static_cast<size_t>(hash_below(hash, document_starts_.size() - 1));
-    fill_row(batch, row, document_starts_[document], document_starts_[document + 1]);
+    fill_row(batch, row, document_starts_[document], document_starts_[document + 1], leading_eos_);
   }
 }
 
@@ -135,15 +148,19 @@ TokenBatch WindowLoader::eval_batch(int64_t first_window, int64_t count) const {
       const auto document = static_cast<size_t>(
           std::upper_bound(eval_window_starts_.begin(), eval_window_starts_.end(), window) -
           eval_window_starts_.begin() - 1);
-      const int64_t offset = document_starts_[document] + (window - eval_window_starts_[document]) * options_.window_len;
-      fill_row(batch, row, offset, document_starts_[document + 1]);
+      // Window k of a document covers [k, k + 1) window lengths of it, counted from the eos in front if it has one.
+      const int64_t k = window - eval_window_starts_[document];
+      const bool lead = leading_eos_ && k == 0;
+      const int64_t offset = document_starts_[document] + k * options_.window_len - (leading_eos_ && k > 0 ? 1 : 0);
+      fill_row(batch, row, offset, document_starts_[document + 1], lead);
     }
   }
   return batch;
 }
 
+// In a folder with loss masks only the trained tokens are scored, so their own bytes per token.
 double WindowLoader::bytes_per_token() const {
-  return static_cast<double>(split_.text_bytes) / static_cast<double>(tokens_.size());
+  return static_cast<double>(split_.trained_bytes) / static_cast<double>(std::max<int64_t>(split_.trained_tokens, 1));
 }
 
 }  // namespace inkstone

@@ -6,7 +6,9 @@
 // counter_hash({seed, step, global_row}) (core/counter_hash.h), with replacement:
 //   pack  a uniform offset in [0, tokens - window_len] of the split's token stream, documents separated by eos;
 //   pad   a uniform document; the window holds its first window_len tokens (longer documents are truncated),
-//         and after its eos the row is filled with pad, marked not real.
+//         and after its eos the row is filled with pad, marked not real. Conversations prepared with
+//         chat.prompt_start = eos are led by that eos, as context (it was written once, as the previous
+//         document's end).
 // Evaluation sweeps the split in order with non-overlapping windows: pack covers [k * window_len,
 // (k + 1) * window_len) for every whole window; pad cuts each document into consecutive windows, the last one
 // padded, so every token of the split is scored exactly once.
@@ -32,6 +34,9 @@ struct TokenBatch {
   // From a folder with loss masks (conversations): 1 where the loss trains on the token (a response), 0 for the
   // prompt and padding. Empty: the loss trains on every real token.
   std::vector<uint8_t> trained;
+  // With `trained`: one flag per row, 1 where the row holds a conversation (a row of a folder with loss masks),
+  // whose padding a diffusion objective reads as the end of its response; 0 for a row of plain text.
+  std::vector<uint8_t> conversations;
 
   int64_t real_tokens() const;
 };
@@ -91,6 +96,7 @@ class WindowLoader : public TrainWindows {
   int64_t total_documents() const { return split_.documents; }
   // Bytes of source text the split's tokens decode to.
   int64_t total_bytes() const { return split_.text_bytes; }
+  // Bytes per scored token: of the trained tokens in a folder with loss masks (conversations), else of all.
   double bytes_per_token() const;
 
   const Manifest& manifest() const { return manifest_; }
@@ -99,8 +105,8 @@ class WindowLoader : public TrainWindows {
 
  private:
   // Copies the window of up to window_len tokens starting at `offset` and not past `end` into row `row`,
-  // padding the rest.
-  void fill_row(TokenBatch& batch, int64_t row, int64_t offset, int64_t end) const;
+  // padding the rest; with `lead` the row starts with an eos of context and holds one token less of the data.
+  void fill_row(TokenBatch& batch, int64_t row, int64_t offset, int64_t end, bool lead = false) const;
 
   WindowLoaderOptions options_;
   Manifest manifest_;
@@ -108,6 +114,7 @@ class WindowLoader : public TrainWindows {
   SplitTokens tokens_;
   std::vector<int64_t> document_starts_;  // pad mode: each document's first token, then the split's end
   std::vector<int64_t> eval_window_starts_;  // pad mode: index of each document's first eval window, then the total
+  bool leading_eos_ = false;  // pad mode: rows of conversations that start from eos begin with it
 };
 
 }  // namespace inkstone

@@ -40,7 +40,10 @@ TokenBatch WindowMixture::train_batch(int64_t step, int64_t batch_size) const {
   if (step < 0 || batch_size < 1)
     throw std::invalid_argument(fmt::format("train_batch(step {}, batch_size {})", step, batch_size));
   TokenBatch batch = sources_.front().train->empty_batch(batch_size);
-  if (any_loss_mask_) batch.trained.assign(batch.real.size(), 0);
+  if (any_loss_mask_) {
+    batch.trained.assign(batch.real.size(), 0);
+    batch.conversations.assign(static_cast<size_t>(batch_size), 0);
+  }
   for (int64_t row = 0; row < batch_size; ++row) {
     const int64_t global_row = options().rank * batch_size + row;
     const WindowLoader& source = *sources_[source_of(step, global_row)].train;

@@ -22,9 +22,9 @@ torch::Tensor training_weight(const NoiseProcess& noise, const DiffusionConfig& 
 Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id) {
   if (!batch.loss_mask.defined()) return batch;
   Batch padded = batch;
-  const auto padding = ~batch.real;
+  const auto padding = ~batch.real & batch.conversations.unsqueeze(1);
   padded.tokens = batch.tokens.masked_fill(padding, eos_id);
-  padded.real = torch::ones_like(batch.real);
+  padded.real = batch.real | padding;
   padded.loss_mask = batch.loss_mask | padding;
   return padded;
 }
@@ -35,6 +35,17 @@ torch::Tensor annealed_attention(int64_t step, int64_t anneal_steps, int64_t len
   const auto options = torch::TensorOptions().device(device);
   const auto earlier = torch::ones({length, length}, options.dtype(torch::kBool)).tril();
   return earlier | (torch::rand({length, length}, options.dtype(torch::kFloat)) < share);
+}
+
+torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const torch::Tensor& documents) {
+  const int64_t length = per_position.size(1);
+  if (length < 2) return per_position;
+  const auto earlier = per_position.narrow(1, 0, length - 1);
+  if (!documents.defined()) return torch::cat({per_position.narrow(1, 0, 1), earlier}, 1);
+  auto continues = documents.narrow(1, 1, length - 1).eq(documents.narrow(1, 0, length - 1));  // [B, L − 1]
+  while (continues.dim() < per_position.dim()) continues = continues.unsqueeze(-1);
+  const auto later = torch::where(continues, earlier, per_position.narrow(1, 1, length - 1));
+  return torch::cat({per_position.narrow(1, 0, 1), later}, 1);
 }
 
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer,
@@ -125,6 +136,7 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     }
     hidden = model.hidden_states(z, window);
   }
+  if (diffusion_.shifted_outputs) hidden = outputs_shifted_right(hidden, batch.documents);
   // Per-token inputs of the terms, flattened to the rows the chunks take.
   const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
   const auto scored = scored_tokens(batch);

@@ -36,9 +36,16 @@ struct DiffusionScores {
 // Fine-tuning on conversations (a batch with a loss mask; docs/diffusion.md, "Fine-tuning on conversations"), as
 // LLaDA's SFT: only the trained tokens (the responses) are noised and scored, the prompt stays clean and visible;
 // in padded windows the padding after a conversation becomes end-of-text tokens that are part of the response, so
-// the model learns where its answer ends inside a longer canvas (what the adaptive sampler reads). A batch without
-// a loss mask is returned as it is.
+// the model learns where its answer ends inside a longer canvas (what the adaptive sampler reads). Rows of plain
+// text beside them (a data mixture) keep their padding; a batch without a loss mask is returned as it is.
 Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id);
+
+// AR -> diffusion adaptation with shifted outputs (Dream, Ye et al. 2025, "Dream 7B", section 3): an AR model's
+// output at position i predicts token i + 1, so a diffusion model adapted from it keeps that alignment and predicts
+// token i from the output at i − 1: out[:, i] = per_position[:, i − 1]. Position 0 has no output before it and reads
+// its own, as does the first token of a packed document (`documents` defined), whose predecessor belongs to another
+// document it cannot see. per_position is [B, L, ...] (hidden states or logits).
+torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const torch::Tensor& documents = {});
 
 // AR -> diffusion adaptation (DiffuLLaMA's attention mask annealing, Gong et al. 2025): at training step
 // s < N = diffusion.attention_anneal_steps a query attends to every earlier key and, beyond them, to each later key

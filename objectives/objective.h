@@ -27,6 +27,12 @@ struct ObjectiveNeeds {
   int64_t window_extra = 0;    // tokens per window beyond data.seq_len (next-token targets need 1)
 };
 
+// How this run's packed windows part into documents (core/batch.h): inactive without data.document_mask.
+inline DocumentSplit document_split(const DataConfig& data, const Tokenizer& tokenizer, const ObjectiveNeeds& needs) {
+  if (!data.document_mask) return {};
+  return {tokenizer.specials().eos, needs.mask == MaskMode::causal};
+}
+
 struct LossOutput {
   // Sum of the per-unit losses of this micro-batch and the number of units, so that gradient accumulation
   // over micro-batches of any size divides by the true total (two halves equal one full batch exactly).

@@ -118,6 +118,15 @@ void check_objective_settings(const Config& c) {
                                    "model.time_conditioning, data.document_mask or diffusion.block_size",
                                    steps));
   }
+  if (c.diffusion.shifted_outputs) {
+    if (!entry.denoises)
+      throw InputError(fmt::format("diffusion.shifted_outputs = true reads a diffusion model's outputs one position "
+                                   "on ({}), not objective.name = '{}'",
+                                   names_where([](const Registered& e) { return e.denoises; }), name));
+    // Block diffusion reads x_t's half of [x_0 | x_t], whose first position would read x_0's last.
+    if (c.diffusion.block_size > 0)
+      throw InputError("diffusion.shifted_outputs = true does not combine with diffusion.block_size");
+  }
   if (c.diffusion.block_size > 0) {
     if (!entry.denoises)
       throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not objective.name "

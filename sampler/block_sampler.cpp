@@ -42,6 +42,7 @@ Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, co
       WindowInputs window;
       window.mask = MaskMode::bidirectional;
       hidden = model->hidden_states(sequence, window);
+      if (process.shifted_outputs) hidden = outputs_shifted_right(hidden);
     }
     return model->logits(hidden.narrow(1, start, z.size(1)));
   };

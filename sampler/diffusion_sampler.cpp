@@ -62,15 +62,17 @@ DiffusionProcess diffusion_process_for(const Objective& objective, const Config&
   process.time_conditioned = config.model.time_conditioning;
   process.end_id = tokenizer.specials().eos;
   process.block_size = config.diffusion.block_size;
+  process.shifted_outputs = config.diffusion.shifted_outputs;
   return process;
 }
 
-Denoiser model_denoiser(LanguageModel model) {
-  return [model](const torch::Tensor& z, const torch::Tensor& sigma) mutable {
+Denoiser model_denoiser(LanguageModel model, const DiffusionProcess& process) {
+  return [model, shifted = process.shifted_outputs](const torch::Tensor& z, const torch::Tensor& sigma) mutable {
     WindowInputs window;
     window.mask = MaskMode::bidirectional;
     if (model->config().time_conditioning) window.noise_level = sigma.to(torch::kFloat);
-    return model->forward(z, window);
+    const auto logits = model->forward(z, window);
+    return shifted ? outputs_shifted_right(logits) : logits;
   };
 }
 

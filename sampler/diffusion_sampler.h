@@ -27,6 +27,7 @@ struct DiffusionProcess {
   bool time_conditioned = false;                // the denoiser reads σ_t, so x̂ cannot be reused across steps
   int64_t end_id = -1;                          // end of text (eos): the adaptive sampler's anchor
   int64_t block_size = 0;                       // > 0: trained as block diffusion (block-causal; BD3-LM)
+  bool shifted_outputs = false;                 // token i is read from the output at i − 1 (diffusion.shifted_outputs)
 };
 
 // The process the run's objective trains with (a DiffusionObjective holds its noise); InputError for an objective
@@ -36,8 +37,9 @@ DiffusionProcess diffusion_process_for(const Objective& objective, const Config&
 
 // Logits [B, L, V] for noisy tokens z [B, L] at noise level σ = −log α_t ([B]).
 using Denoiser = std::function<torch::Tensor(const torch::Tensor& z, const torch::Tensor& sigma)>;
-// A bidirectional forward of `model`, fed σ only when it is time-conditioned.
-Denoiser model_denoiser(LanguageModel model);
+// A bidirectional forward of `model`, fed σ only when it is time-conditioned, its outputs read as `process` was
+// trained (shifted one position on with diffusion.shifted_outputs).
+Denoiser model_denoiser(LanguageModel model, const DiffusionProcess& process);
 
 // ancestral: posterior draws on the time grid. confidence: each step commits the open positions x̂ is most sure
 // of (docs/diffusion.md, "Confidence sampling"). adaptive (Sumi's): confidence commits with an end-of-text token

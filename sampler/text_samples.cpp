@@ -76,7 +76,7 @@ std::vector<std::pair<std::string, std::string>> sample_texts(LanguageModel& mod
     layouts.push_back(prefix_row(tokenizer.encode(prompt), config.sample.max_new_tokens));
   const DiffusionCanvas canvas = make_canvas(layouts, 1);
   const auto done =
-      sample_diffusion(model_denoiser(model), process, canvas, diffusion_sample_options(config.sample), device);
+      sample_diffusion(model_denoiser(model, process), process, canvas, diffusion_sample_options(config.sample), device);
   for (int64_t r = 0; r < done.tokens.size(0); ++r) {
     const auto ids = generated_until_end(done.tokens[r], canvas.fixed[r], process.end_id);
     out.emplace_back(prompts[static_cast<size_t>(r)], tokenizer.decode(ids, false));

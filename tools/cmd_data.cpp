@@ -25,6 +25,7 @@ struct PrepareArgs {
   std::string system = default_config().chat.system;
   std::string prompt_start = choice_name(default_config().chat.prompt_start);
   std::string train_on = "responses";
+  bool split_turns = false;
   std::string preset;
   double val_fraction = 0.05;
   std::string val_split = "documents";
@@ -45,6 +46,9 @@ void print_summary(const PrepareSummary& summary, const std::filesystem::path& o
       fmt::print("        trained on {} of {} tokens ({:.1f}%): the loss mask\n", split.trained_tokens, split.tokens,
                  split.tokens > 0 ? 100.0 * static_cast<double>(split.trained_tokens) / split.tokens : 0.0);
   }
+  if (m.chat && m.chat->multi_response_conversations > 0)
+    fmt::print("{} conversations train on several responses: fine for AR; diffusion objectives need --split-turns\n",
+               m.chat->multi_response_conversations);
   if (summary.unrepresented_bytes > 0)
     fmt::print("warning: {} bytes of the input have no token in this tokenizer (no unk token, no byte fallback) and "
                "are left out of the shards; a byte-level vocabulary whose tokenizer.json has no ByteLevel "
@@ -66,13 +70,15 @@ int run_prepare(const PrepareArgs& args) {
     options.jsonl_field = args.field;
     const PrepareArgs defaults;
     if (args.format != "chat" && (args.chat_format != defaults.chat_format || args.system != defaults.system ||
-                                  args.prompt_start != defaults.prompt_start || args.train_on != defaults.train_on))
-      throw InputError(fmt::format("--chat-format, --system, --prompt-start and --train-on render conversations: "
-                                   "they need --format chat (not {})",
+                                  args.prompt_start != defaults.prompt_start || args.train_on != defaults.train_on ||
+                                  args.split_turns))
+      throw InputError(fmt::format("--chat-format, --system, --prompt-start, --train-on and --split-turns render "
+                                   "conversations: they need --format chat (not {})",
                                    args.format));
     options.chat = {*choice_named<ChatFormat>(args.chat_format), args.system,
                     *choice_named<PromptStart>(args.prompt_start), {}};
     options.train_on_all = args.train_on == "all";
+    options.split_turns = args.split_turns;
   }
   options.out_dir = args.out;
   options.val_fraction = args.val_fraction;
@@ -112,6 +118,9 @@ void add_data_command(CLI::App& app, Action& action) {
   prepare->add_option("--train-on", args->train_on, "--format chat: responses (a loss mask on everything else) or all")
       ->check(CLI::IsMember({"responses", "all"}))
       ->capture_default_str();
+  prepare->add_flag("--split-turns", args->split_turns,
+                    "--format chat: one conversation per assistant message, trained on it alone with the turns "
+                    "before as context (what diffusion objectives need of multi-turn data)");
   prepare->add_option("--field", args->field, "JSONL field holding the text")->capture_default_str();
   prepare->add_option("--val-fraction", args->val_fraction, "Share of documents for validation (see data_prepare.h)")
       ->check(CLI::Range(0.0, 1.0))

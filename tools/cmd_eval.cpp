@@ -144,7 +144,7 @@ int eval(const EvalOptions& o) {
   WindowLoader loader(config.data.path, loader_options);
   const int64_t batch = o.batch_size > 0 ? o.batch_size : config.train.batch_size / config.train.grad_accum;
   WindowEvalSource source(loader, batch, /*max_batches=*/0, trained.device,
-                          trained.config.data.document_mask ? trained.tokenizer->specials().eos : -1);
+                          document_split(config.data, *trained.tokenizer, trained.objective->needs()));
   auto metrics = validation_metrics(trained.objective->evaluate(*trained.model, source), source.bytes_per_token());
 
   print_metrics(o, trained, "split " + o.split, metrics);

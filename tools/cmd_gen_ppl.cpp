@@ -156,7 +156,7 @@ int gen_ppl(const GenPplOptions& o) {
           const int64_t count = std::min(batch_size, o.num - first);
           options.first_sequence = first;
           const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
-          const auto done = sample_diffusion(model_denoiser(run.model), process, part, options, run.device);
+          const auto done = sample_diffusion(model_denoiser(run.model, process), process, part, options, run.device);
           row.seconds += done.seconds;
           for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
         }

@@ -224,7 +224,7 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
       };
     }
     const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
-    const auto done = sample_diffusion(model_denoiser(trained.model), process, part, options, trained.device);
+    const auto done = sample_diffusion(model_denoiser(trained.model, process), process, part, options, trained.device);
     result.tokens.narrow(0, first, count).copy_(done.tokens);
     result.model_calls += done.model_calls;
     result.seconds += done.seconds;

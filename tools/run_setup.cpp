@@ -64,7 +64,8 @@ std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config) {
   return load_tokenizer(tokenizer_spec);
 }
 
-void check_conversation_settings(const Config& config, const DataFolder& folder, const Manifest& manifest) {
+void check_conversation_settings(const Config& config, const ObjectiveNeeds& needs, const DataFolder& folder,
+                                 const Manifest& manifest) {
   const std::string& path = folder.path;
   if (manifest.loss_mask && config.data.mode == WindowMode::pack && !config.data.document_mask)
     throw InputError(fmt::format("{} = '{}' holds conversations with loss masks: packed windows must keep them "
@@ -72,6 +73,13 @@ void check_conversation_settings(const Config& config, const DataFolder& folder,
                                  folder.key, path));
   if (!manifest.chat) return;
   const ChatRecord& chat = *manifest.chat;
+  // Attention both ways would show a noised response the turns after it (docs/diffusion.md, "Fine-tuning on
+  // conversations").
+  if (needs.mask == MaskMode::bidirectional && chat.multi_response_conversations > 0)
+    throw InputError(fmt::format("{} = '{}' holds {} conversations trained on several responses, whose later turns a "
+                                 "bidirectional objective would see beside a noised earlier response: prepare it "
+                                 "with `inkstone data prepare --format chat --split-turns`",
+                                 folder.key, path, chat.multi_response_conversations));
   const ChatRecord run{choice_name(config.chat.format), config.chat.system, choice_name(config.chat.prompt_start)};
   const auto differs = [&](const char* key, const std::string& prepared, const std::string& here) {
     if (prepared != here)
@@ -110,7 +118,7 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
     source.weight = folder.weight;
     source.train = std::make_shared<WindowLoader>(folder.path, options("train"));
     source.val = std::make_shared<WindowLoader>(folder.path, options("val"));
-    check_conversation_settings(config, folder, source.train->manifest());
+    check_conversation_settings(config, needs, folder, source.train->manifest());
     data.sources.push_back(std::move(source));
   }
   if (data.sources.size() == 1) data.train = data.sources.front().train;

@@ -28,9 +28,10 @@ RunContext prepare_run(const Config& config, std::shared_ptr<const Tokenizer> to
 std::shared_ptr<const Tokenizer> load_run_tokenizer(const Config& config);
 
 // A data folder of conversations (`data prepare --format chat`) trains only where its prompts render as this run
-// renders them ([chat] equal to what the folder records) and, packed, with documents kept apart: InputError
-// naming the key otherwise.
-void check_conversation_settings(const Config& config, const DataFolder& folder, const Manifest& manifest);
+// renders them ([chat] equal to what the folder records), packed with documents kept apart, and under a
+// bidirectional objective with one trained response per conversation: InputError naming the key otherwise.
+void check_conversation_settings(const Config& config, const ObjectiveNeeds& needs, const DataFolder& folder,
+                                 const Manifest& manifest);
 
 // The training windows (one folder's, or a WindowMixture of data.mixture's) and every folder's splits.
 struct TrainingData {

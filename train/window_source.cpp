@@ -34,13 +34,18 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
     return upload(host, device, torch::kBool);
   };
   Batch out{upload(tokens, device, torch::kLong), flags(batch.real), row_begin, batch.rows};
-  if (!batch.trained.empty()) out.loss_mask = flags(batch.trained);
+  if (!batch.trained.empty()) {
+    out.loss_mask = flags(batch.trained);
+    const auto host = torch::from_blob(const_cast<uint8_t*>(batch.conversations.data()) + row_begin, {rows},
+                                       torch::kUInt8);
+    out.conversations = upload(host, device, torch::kBool);
+  }
   return out;
 }
 
 WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches,
-                                   torch::Device device, int64_t document_eos, int64_t rank, int64_t ranks)
-    : loader_(loader), batch_size_(batch_size), device_(device), document_eos_(document_eos), rank_(rank),
+                                   torch::Device device, DocumentSplit documents, int64_t rank, int64_t ranks)
+    : loader_(loader), batch_size_(batch_size), device_(device), documents_(documents), rank_(rank),
       ranks_(ranks) {
   const int64_t windows = loader.num_eval_windows();
   int64_t split_batches = (windows + batch_size - 1) / batch_size;
@@ -52,7 +57,7 @@ Batch WindowEvalSource::batch(int64_t index) const {
   const int64_t first = split_index(index) * batch_size_;
   const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
   Batch batch = token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
-  if (document_eos_ >= 0) batch.documents = packed_documents(batch.tokens, document_eos_);
+  if (documents_.active()) batch.documents = packed_documents(batch.tokens, documents_);
   return batch;
 }
 
@@ -67,7 +72,7 @@ WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const Train
       injection_(session.config().data, session.tokenizer(), train_data_->options().window_len),
       train_(session.config().train),
       seq_len_(session.config().data.seq_len),
-      document_eos_(session.config().data.document_mask ? session.tokenizer().specials().eos : -1),
+      documents_(document_split(session.config().data, session.tokenizer(), session.objective().needs())),
       rank_(session.distributed().rank()),
       world_size_(session.distributed().world_size()),
       device_(session.device()) {
@@ -91,7 +96,7 @@ Batch WindowSource::to_device(const TokenBatch& batch, int64_t row_begin, int64_
   Batch rows = token_batch_to_device(batch, row_begin, row_end, device_);
   rows.first_row += rank_ * batch.rows;
   rows.total_rows = batch.rows * world_size_;
-  if (document_eos_ >= 0) rows.documents = packed_documents(rows.tokens, document_eos_);
+  if (documents_.active()) rows.documents = packed_documents(rows.tokens, documents_);
   return rows;
 }
 
@@ -170,7 +175,7 @@ void WindowSource::count(UpdateResult u) {
 // over the ranks, in the precision the run trains in (a bf16 run's fp32 evaluation cost more than a training step).
 std::map<std::string, double> WindowSource::evaluate_source(TrainingSession& session, const WindowLoader& val) {
   Distributed& distributed = session.distributed();
-  WindowEvalSource source(val, train_.batch_size / train_.grad_accum, train_.eval_batches, device_, document_eos_,
+  WindowEvalSource source(val, train_.batch_size / train_.grad_accum, train_.eval_batches, device_, documents_,
                           distributed.rank(), distributed.world_size());
   ValidationSums totals = session.objective().evaluate(*session.model(), source);
   sum_over_ranks(totals, distributed, device_);

@@ -22,9 +22,9 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
 // over `ranks`, rank r holds the split's batches r, r + ranks, r + 2·ranks, ...
 class WindowEvalSource : public EvalSource {
  public:
-  // document_eos ≥ 0: batches carry packed_documents(tokens, document_eos) (data.document_mask).
+  // An active `documents`: batches carry packed_documents(tokens, documents) (data.document_mask).
   WindowEvalSource(const WindowLoader& loader, int64_t batch_size, int64_t max_batches, torch::Device device,
-                   int64_t document_eos = -1, int64_t rank = 0, int64_t ranks = 1);
+                   DocumentSplit documents = {}, int64_t rank = 0, int64_t ranks = 1);
   int64_t num_batches() const override { return num_batches_; }
   Batch batch(int64_t index) const override;
   int64_t split_index(int64_t index) const override { return rank_ + index * ranks_; }
@@ -35,7 +35,7 @@ class WindowEvalSource : public EvalSource {
   int64_t batch_size_;
   int64_t num_batches_;
   torch::Device device_;
-  int64_t document_eos_;
+  DocumentSplit documents_;
   int64_t rank_;
   int64_t ranks_;
 };
@@ -80,7 +80,7 @@ class WindowSource : public StepSource {
   std::unique_ptr<TextEvalSource> watched_;  // metrics.watch_text; null: none
   TrainConfig train_;
   int64_t seq_len_;
-  int64_t document_eos_;  // ≥ 0 with data.document_mask
+  DocumentSplit documents_;  // active with data.document_mask
   int64_t rank_;
   int64_t world_size_;
   torch::Device device_;

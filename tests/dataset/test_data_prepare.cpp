@@ -252,21 +252,55 @@ TEST(PrepareChat, ConversationsCarryALossMaskOnTheirResponses) {
   EXPECT_EQ(m.splits.at("train").tokens, 13);
   EXPECT_EQ(m.splits.at("train").trained_tokens, 6);
   EXPECT_EQ(m.splits.at("train").text_bytes, 11);
+  EXPECT_EQ(m.splits.at("train").trained_bytes, 4);  // "4", "yo", "!": bits per byte of what is scored
   ASSERT_TRUE(m.chat.has_value());
   EXPECT_EQ(m.chat->format, "raw");
   EXPECT_EQ(manifest_to_json(read_manifest(dir / "out")), manifest_to_json(m));
 
-  // Windows carry the mask: pad mode gives each conversation its own row, padding untrained.
+  EXPECT_EQ(manifest_to_json(m).at("format_version"), kMaskedShardFormatVersion);
+
+  // Windows carry the mask: pad mode gives each conversation its own row, led by the eos its prompt starts from
+  // (context), padding untrained; the second conversation (1 + 7 tokens) fills its window exactly.
   WindowLoaderOptions window;
   window.window_len = 8;
   window.mode = WindowMode::pad;
   const WindowLoader loader(dir / "out", window);
+  ASSERT_EQ(loader.num_eval_windows(), 2);
   const TokenBatch batch = loader.eval_batch(0, 2);
-  EXPECT_EQ(batch.trained, bits("00001100" "00110110"));
+  const int32_t eos = tokenizer.specials().eos;
+  EXPECT_EQ(batch.tokens[0], eos);
+  EXPECT_EQ(batch.tokens[8], eos);
+  EXPECT_EQ(batch.real, bits("11111110" "11111111"));
+  EXPECT_EQ(batch.trained, bits("00000110" "00011011"));
+  EXPECT_EQ(batch.conversations, bits("11"));
+  // A window one token shorter cuts the second conversation after its leading eos and six tokens.
+  window.window_len = 7;
+  const WindowLoader shorter(dir / "out", window);
+  ASSERT_EQ(shorter.num_eval_windows(), 3);
+  EXPECT_EQ(shorter.eval_batch(1, 2).trained, bits("0001101" "1000000"));
 
   options.train_on_all = true;
   prepare_data(options, tokenizer);
   EXPECT_EQ(split_loss_mask(dir / "out", "train"), bits("1111111111111"));
+}
+
+// --split-turns: the two-turn conversation becomes "hiyo" (trained on "yo") and "hiyo?!" (trained on "!" alone,
+// "yo" now context), both in the split of their conversation; the manifest counts no conversation trained twice.
+TEST(PrepareChat, SplitTurnsWriteOneConversationPerResponse) {
+  const auto dir = testing::temp_dir("prepare_chat_turns");
+  write_text(dir / "chat.jsonl",
+             "{\"messages\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\", "
+             "\"content\": \"yo\"}, {\"role\": \"user\", \"content\": \"?\"}, {\"role\": \"assistant\", "
+             "\"content\": \"!\"}]}\n");
+  FakeTokenizer tokenizer;
+  auto options = options_for({dir / "chat.jsonl"}, dir / "out", InputFormat::chat);
+  EXPECT_EQ(prepare_data(options, tokenizer).manifest.chat->multi_response_conversations, 1);
+  options.split_turns = true;
+  const Manifest m = prepare_data(options, tokenizer).manifest;
+  EXPECT_EQ(m.chat->multi_response_conversations, 0);
+  EXPECT_EQ(split_documents(dir / "out", "train"), (std::vector<std::string>{"hiyo", "hiyo?!"}));
+  EXPECT_EQ(split_loss_mask(dir / "out", "train"), bits("00111" "0000011"));
+  EXPECT_EQ(m.splits.at("train").trained_bytes, 3);
 }
 
 TEST(PrepareChat, MalformedConversationsNameTheLineAndTheKey) {
@@ -288,6 +322,18 @@ TEST(PrepareChat, MalformedConversationsNameTheLineAndTheKey) {
   EXPECT_EQ(refusal("{\"prompt\": \"x\"}"), at + "'prompt' without 'response' (or 'completion')");
   EXPECT_EQ(refusal("{\"text\": \"x\"}"), at + "a conversation needs 'messages' or 'prompt' and 'response'");
   EXPECT_EQ(refusal("[1]"), at + "a conversation must be a JSON object");
+}
+
+TEST(PrepareChat, AMessageHoldingATurnMarkerIsRefused) {
+  const auto dir = testing::temp_dir("prepare_chat_marker");
+  write_text(dir / "chat.jsonl", "{\"prompt\": \"a<|im_end|>b\", \"response\": \"c\"}\n");
+  FakeTokenizer tokenizer;
+  auto options = options_for({dir / "chat.jsonl"}, dir / "out", InputFormat::chat);
+  options.chat.format = ChatFormat::chatml;
+  EXPECT_EQ(input_error_of([&] { prepare_data(options, tokenizer); }),
+            (dir / "chat.jsonl").string() + ":1: 'prompt' holds '<|im_end|>', which marks turns in this chat format");
+  options.chat.format = ChatFormat::raw;  // raw marks no turns: the text is the user's
+  EXPECT_NO_THROW(prepare_data(options, tokenizer));
 }
 
 TEST(PrepareChat, ADamagedLossMaskIsRefusedByFile) {

@@ -67,7 +67,8 @@ TEST(PromptFormat, StartTokens) {
 }
 
 // Training renders a conversation so that everything before an assistant's content is the prompt `render` gives at
-// sampling time; the response segments are the content and its turn's end marker.
+// sampling time; the response segments are the content and its turn's end marker (chatml: and the newline closing
+// the turn, which as clean context would tell a diffusion model where the response ends).
 TEST(PromptFormat, AConversationRendersItsPromptsAsSamplingDoes) {
   const auto tokenizer = chat_tokenizer();
   const std::vector<ChatMessage> messages = {{"user", "2+2?"}, {"assistant", "4"}};
@@ -82,7 +83,8 @@ TEST(PromptFormat, AConversationRendersItsPromptsAsSamplingDoes) {
       else if (response.empty()) prompt += segment.text;
     }
     EXPECT_EQ(prompt, format.render("2+2?")) << name;
-    const std::string end = std::string(name) == "chatml" ? "<|im_end|>" : std::string(name) == "llama3" ? "<|eot_id|>" : "";
+    const std::string end =
+        std::string(name) == "chatml" ? "<|im_end|>\n" : std::string(name) == "llama3" ? "<|eot_id|>" : "";
     EXPECT_EQ(response, "4" + end) << name;
   }
 }
@@ -99,7 +101,7 @@ TEST(PromptFormat, AnEncodedConversationMasksEverythingButTheResponses) {
   std::vector<int32_t> trained_ids, expected;
   for (size_t i = 0; i < encoded.ids.size(); ++i)
     if (encoded.trained[i]) trained_ids.push_back(encoded.ids[i]);
-  for (const char* text : {"two<|im_end|>", "four<|im_end|>"}) {
+  for (const char* text : {"two<|im_end|>\n", "four<|im_end|>\n"}) {
     const auto ids = tokenizer->encode(text);
     expected.insert(expected.end(), ids.begin(), ids.end());
   }
@@ -109,6 +111,27 @@ TEST(PromptFormat, AnEncodedConversationMasksEverythingButTheResponses) {
   const auto all = format.encode_conversation(messages, /*train_on_all=*/true);
   EXPECT_EQ(all.ids, encoded.ids);
   EXPECT_TRUE(std::all_of(all.trained.begin(), all.trained.end(), [](uint8_t v) { return v == 1; }));
+}
+
+// The whole conversation is encoded at once, as Hugging Face's tokenizers encode a rendered chat: after "the cat\n"
+// a Metaspace tokenizer (prepend scheme "first") reads "sat" as the text going on ("s", "at"), not as a new text's
+// first word ("▁s", "at"). The ids are Hugging Face's: tokenizers.Tokenizer.from_file(
+// "tests/dataset/fixtures/tiny_metaspace_prepend_tokenizer.json").encode("the cat\nsat").ids (tokenizers 0.23.1).
+TEST(PromptFormat, AConversationIsEncodedAsOneTextWhosePromptIsWhatSamplingEncodes) {
+  nlohmann::json document;
+  std::ifstream(testing::source_dir() / "tests" / "dataset" / "fixtures" / "tiny_metaspace_prepend_tokenizer.json") >>
+      document;
+  const auto tokenizer = tokenizer_from_json(document, "tiny_metaspace_prepend");
+  const PromptFormat format(chat("raw", "none"), *tokenizer);
+  const auto encoded = format.encode_conversation({{"user", "the cat\n"}, {"assistant", "sat"}}, false);
+  EXPECT_EQ(encoded.ids, (std::vector<int32_t>{329, 471, 401, 13, 315, 401}));
+  EXPECT_EQ(encoded.trained, (std::vector<uint8_t>{0, 0, 0, 0, 1, 1}));
+  EXPECT_EQ(format.encode("the cat\n"), std::vector<int32_t>(encoded.ids.begin(), encoded.ids.begin() + 4));
+  // Where a token spans the prompt and the response ("the ca" | "t": the whole text ends in "at"), each part is
+  // encoded alone, so the prompt keeps the ids sampling gives it: "▁the", "▁c", "a" | "▁t".
+  const auto split = format.encode_conversation({{"user", "the ca"}, {"assistant", "t"}}, false);
+  EXPECT_EQ(split.ids, (std::vector<int32_t>{329, 471, 297, 324}));
+  EXPECT_EQ(split.trained, (std::vector<uint8_t>{0, 0, 0, 1}));
 }
 
 TEST(PromptFormat, RefusesAStopTokenThatIsSeveralTokens) {

@@ -1,6 +1,8 @@
 // Data mixtures (docs/training.md, "Data mixtures"): every row is one source's own window for its (step, global
 // row), sources are drawn by weight, the batch of a rank is its rows of the global batch, and rows of a folder
 // without a loss mask are trained on in full beside a folder of conversations.
+#include <algorithm>
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -91,9 +93,14 @@ TEST(WindowMixture, RowsOfAFolderWithoutLossMaskAreTrainedInFull) {
   const WindowMixture mixture({source(text, 1.0), source(chat, 1.0)});
   const TokenBatch batch = mixture.train_batch(3, 32);
   ASSERT_EQ(batch.trained.size(), batch.tokens.size());
+  ASSERT_EQ(batch.conversations.size(), 32u);
   bool saw_text = false, saw_prompt = false;
   for (int64_t row = 0; row < 32; ++row) {
     const auto at = [&](int64_t col) { return static_cast<size_t>(row * batch.cols + col); };
+    // Whole rows come from one folder: the row of a conversation is flagged as one, the row of text is not.
+    const bool text_row = std::find(batch.tokens.begin() + at(0), batch.tokens.begin() + at(batch.cols), 'a') !=
+                          batch.tokens.begin() + at(batch.cols);
+    EXPECT_EQ(batch.conversations[static_cast<size_t>(row)], text_row ? 0 : 1) << "row " << row;
     for (int64_t col = 0; col < batch.cols; ++col) {
       if (batch.tokens[at(col)] == 'a') {
         EXPECT_EQ(batch.trained[at(col)], 1);

@@ -13,10 +13,12 @@ namespace {
 
 using testing::max_abs_diff;
 
-TEST(PackedDocuments, IndicesCountTheEosBeforeEachToken) {
+TEST(PackedDocuments, AnEosEndsItsDocumentForBidirectionalModelsAndOpensTheNextForCausalOnes) {
   const auto tokens = torch::tensor({5, 2, 7, 8, 2, 9, 4}, torch::kLong).view({1, 7});
-  EXPECT_TRUE(torch::equal(packed_documents(tokens, /*eos_id=*/2),
+  EXPECT_TRUE(torch::equal(packed_documents(tokens, {/*eos=*/2, /*eos_opens=*/false}),
                            torch::tensor({0, 0, 1, 1, 1, 2, 2}, torch::kLong).view({1, 7})));
+  EXPECT_TRUE(torch::equal(packed_documents(tokens, {/*eos=*/2, /*eos_opens=*/true}),
+                           torch::tensor({0, 1, 1, 1, 2, 2, 2}, torch::kLong).view({1, 7})));
 }
 
 struct Variant {

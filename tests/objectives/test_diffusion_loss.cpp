@@ -451,7 +451,7 @@ TEST(DiffusionObjective, ShardedValidationAddsUpToTheWholeSplit) {
     ValidationSums summed;
     int64_t batches = 0;
     for (int64_t rank = 0; rank < 3; ++rank) {
-      const WindowEvalSource share(val, 2, 7, torch::kCPU, -1, rank, 3);
+      const WindowEvalSource share(val, 2, 7, torch::kCPU, {}, rank, 3);
       batches += share.num_batches();
       const ValidationSums part = objective->evaluate(*model, share);
       summed.units += part.units;

@@ -10,6 +10,7 @@
 #include "objectives/ar.h"
 #include "objectives/diffusion_objective.h"
 #include "objectives/diffusion_time.h"
+#include "objectives/noise_support.h"
 #include "tests/fixtures.h"
 #include "tests/objectives/diffusion_fixtures.h"
 
@@ -28,6 +29,7 @@ Batch conversation_batch(int64_t rows, int64_t length) {
   batch.loss_mask = torch::ones({rows, length}, torch::kBool);
   for (int64_t r = 0; r < rows; ++r) batch.loss_mask.index_put_({r, Slice(0, 3 + r)}, false);
   batch.loss_mask &= batch.real;
+  batch.conversations = torch::ones({rows}, torch::kBool);
   return batch;
 }
 
@@ -68,6 +70,15 @@ TEST(LossMasks, PaddingAfterAConversationBecomesTrainedEndOfText) {
   EXPECT_TRUE(padded.tokens.index({2, Slice(11)}).eq(eos).all().item<bool>());
   EXPECT_TRUE(padded.tokens.index({Slice(), Slice(0, 11)}).equal(batch.tokens.index({Slice(), Slice(0, 11)})));
   EXPECT_TRUE(padded.loss_mask.equal(batch.loss_mask | ~batch.real));
+  // A row of plain text in a mixture (trained on every real token) keeps its padding.
+  Batch mixed = batch;
+  mixed.loss_mask = batch.loss_mask.clone();
+  mixed.loss_mask.index_put_({2}, batch.real.index({2}));
+  mixed.conversations = torch::tensor({true, true, false});
+  const Batch kept = with_responses_padded_by_eos(mixed, eos);
+  EXPECT_TRUE(kept.real.equal(batch.real));
+  EXPECT_TRUE(kept.tokens.equal(batch.tokens));
+  EXPECT_TRUE(kept.loss_mask.equal(mixed.loss_mask));
   // Pretraining batches (no loss mask) are left as they are.
   const Batch plain = random_batch(2, 8);
   EXPECT_TRUE(with_responses_padded_by_eos(plain, eos).tokens.equal(plain.tokens));
@@ -150,6 +161,51 @@ TEST(AttentionAnnealing, AtItsFirstStepAPositionIsScoredWithoutTheTokensAfterIt)
     else  // evaluation: bidirectional
       EXPECT_FALSE(earlier(before.nelbo).equal(earlier(after.nelbo)));
   }
+}
+
+// AR -> diffusion with shifted outputs (Dream): token j is read from the output at j − 1; position 0 and the first
+// token of a packed document read their own.
+TEST(ShiftedOutputs, TokenJReadsTheOutputAtJMinusOne) {
+  const auto values = torch::tensor({1.0, 2.0, 3.0, 4.0}).view({1, 4, 1});
+  EXPECT_TRUE(outputs_shifted_right(values).equal(torch::tensor({1.0, 1.0, 2.0, 3.0}).view({1, 4, 1})));
+  const auto documents = torch::tensor({0, 0, 1, 1}, torch::kLong).view({1, 4});
+  EXPECT_TRUE(outputs_shifted_right(values, documents).equal(torch::tensor({1.0, 1.0, 3.0, 3.0}).view({1, 4, 1})));
+}
+
+// At the first annealing step attention is causal, so with shifted outputs the adapted model is still the AR model
+// it starts from: the NELBO of a masked last token is the AR next-token loss of that token (over the noise support)
+// times masked diffusion's ELBO weight −α'/(1 − α). Unshifted, the same position reads its own mask instead.
+TEST(ShiftedOutputs, AtTheFirstAnnealingStepTheAdaptedModelIsTheArModel) {
+  const Config config = tiny_config("masked_diffusion", false,
+                                    {"diffusion.attention_anneal_steps=100", "diffusion.shifted_outputs=true"});
+  const auto built = make_objective(config, ByteTokenizer());
+  auto& objective = dynamic_cast<DiffusionObjective&>(*built);
+  auto model = build_language_model(config.model, 260);
+  randomise(*model);
+  torch::NoGradGuard no_grad;
+  Batch batch{torch::randint(0, 256, {2, 12}, torch::kLong), torch::ones({2, 12}, torch::kBool)};
+  batch.step = 0;
+  const auto t = torch::full({2, 1}, 0.7, torch::kFloat);
+  auto z = batch.tokens.clone();
+  z.index_put_({Slice(), 11}, ByteTokenizer().specials().mask);
+  const auto nelbo = objective.score(*model, batch, t, z).nelbo.index({Slice(), 11}).to(torch::kDouble);
+
+  WindowInputs causal;
+  causal.mask = MaskMode::causal;
+  const auto logits = model->forward(batch.tokens.narrow(1, 0, 11), causal).select(1, 10).to(torch::kDouble);
+  const NoiseSupport support(ByteTokenizer(), 260, false);
+  const auto log_p = torch::log_softmax(support.restrict_logits(logits), -1);
+  const auto ar_loss = -log_p.gather(-1, batch.tokens.index({Slice(), Slice(11, 12)})).squeeze(-1);
+  const auto t64 = t.to(torch::kDouble);
+  const auto levels = objective.noise()->levels(t64), rates = objective.noise()->rates(t64);
+  const auto weight = (-rates.keep / (1.0 - levels.keep)).squeeze(-1);
+  EXPECT_LT((nelbo - weight * ar_loss).abs().max().item<double>(), 1e-4 * ar_loss.abs().max().item<double>());
+
+  const Config unshifted = tiny_config("masked_diffusion", false, {"diffusion.attention_anneal_steps=100"});
+  const auto plain_built = make_objective(unshifted, ByteTokenizer());
+  auto& plain = dynamic_cast<DiffusionObjective&>(*plain_built);
+  const auto own = plain.score(*model, batch, t, z).nelbo.index({Slice(), 11}).to(torch::kDouble);
+  EXPECT_GT((own - weight * ar_loss).abs().max().item<double>(), 1e-3);
 }
 
 }  // namespace

@@ -287,10 +287,26 @@ TEST(DiffusionSampler, RunsATimeConditionedModel) {
   auto model = build_language_model(c, 7);
   DiffusionSampleOptions options;
   options.steps = 4;
-  const auto result = sample_diffusion(model_denoiser(model), toy_process(ToyNoise::uniform, true),
-                                       free_canvas(2, 12), options, torch::kCPU);
+  const DiffusionProcess process = toy_process(ToyNoise::uniform, true);
+  const auto result =
+      sample_diffusion(model_denoiser(model, process), process, free_canvas(2, 12), options, torch::kCPU);
   EXPECT_EQ(result.model_calls, options.steps + 1);
   EXPECT_TRUE(result.tokens.lt(5).all().item<bool>());
+}
+
+// A model trained with diffusion.shifted_outputs is read as it trained: position i's logits are the output at i − 1.
+TEST(DiffusionSampler, ShiftedOutputsReadTheLogitsOnePositionOn) {
+  torch::manual_seed(2);
+  auto model = build_language_model(testing::tiny_model_config(/*init_std=*/0.2), 7);
+  DiffusionProcess process = toy_process(ToyNoise::uniform);
+  const auto z = torch::randint(0, 5, {2, 6}, torch::kLong);
+  const auto sigma = torch::ones({2});
+  torch::NoGradGuard no_grad;
+  const auto plain = model_denoiser(model, process)(z, sigma);
+  process.shifted_outputs = true;
+  const auto shifted = model_denoiser(model, process)(z, sigma);
+  EXPECT_TRUE(shifted.narrow(1, 1, 5).equal(plain.narrow(1, 0, 5)));
+  EXPECT_TRUE(shifted.narrow(1, 0, 1).equal(plain.narrow(1, 0, 1)));
 }
 
 TEST(DiffusionCanvas, InfillTemplateMarksGeneratedPositions) {

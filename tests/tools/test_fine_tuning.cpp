@@ -95,6 +95,41 @@ TEST_F(FineTuning, MismatchedChatSettingsAndUnmaskedPackingAreRefusedByName) {
   EXPECT_NE(flags.output.find("they need --format chat (not jsonl)"), std::string::npos) << flags.output;
 }
 
+// A conversation trained on two responses would show a diffusion model its second turn beside the noised first
+// answer: such a folder is refused by name for diffusion and trains AR; --split-turns makes one diffusion accepts.
+TEST_F(FineTuning, MultiTurnConversationsAreSplitForDiffusion) {
+  std::ofstream(*dir_ / "turns.jsonl")
+      << "{\"messages\": [{\"role\": \"user\", \"content\": \"1+1=\"}, {\"role\": \"assistant\", "
+         "\"content\": \"2\"}, {\"role\": \"user\", \"content\": \"2+2=\"}, {\"role\": \"assistant\", "
+         "\"content\": \"4\"}]}\n"
+      << "{\"prompt\": \"3+3=\", \"response\": \"6\"}\n";
+  const auto prepare = [&](const std::string& out, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"data", "prepare", "--input", (*dir_ / "turns.jsonl").string(), "--format",
+                                     "chat", "--tokenizer", "byte", "--out", (*dir_ / out).string()};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return run_cli(args);
+  };
+  const auto whole = prepare("turns", {});
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  EXPECT_NE(whole.output.find("1 conversations train on several responses"), std::string::npos) << whole.output;
+  const auto train = [&](const std::string& data, const std::string& objective) {
+    return run_cli({"train", config(), "--run-dir", (*dir_ / ("turns-" + data + objective)).string(), "--set",
+                    "data.path=\"" + (*dir_ / data).string() + "\"", "--set", "objective.name=\"" + objective + "\"",
+                    "--set", "train.eval_interval=0"});
+  };
+  const auto refused = train("turns", "masked_diffusion");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("holds 1 conversations trained on several responses"), std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("--split-turns"), std::string::npos) << refused.output;
+  EXPECT_EQ(train("turns", "ar").exit_code, 0);
+  const auto split = prepare("turns-split", {"--split-turns"});
+  ASSERT_EQ(split.exit_code, 0) << split.output;
+  EXPECT_NE(split.output.find("3 docs,"), std::string::npos) << split.output;  // two turns and one pair
+  const auto accepted = train("turns-split", "masked_diffusion");
+  EXPECT_EQ(accepted.exit_code, 0) << accepted.output;
+}
+
 // `data synth --layout chat` splits each worked example into the prompt and the answer fine-tuning trains on.
 TEST_F(FineTuning, SynthWritesPromptAndResponsePairs) {
   const auto text = (*dir_ / "arith-text.jsonl").string(), chat = (*dir_ / "arith-chat.jsonl").string();

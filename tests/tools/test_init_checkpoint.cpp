@@ -86,8 +86,13 @@ TEST_F(InitCheckpoint, AdoptsTheArchitectureAndStartsFromTheCheckpointsLogits) {
 
 TEST_F(InitCheckpoint, ArCheckpointsStartMaskedAndUniformDiffusionRuns) {
   const auto masked = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "mdlm").string(), "--set",
-                               "objective.name=\"masked_diffusion\"", "--set", "diffusion.attention_anneal_steps=2"});
+                               "objective.name=\"masked_diffusion\"", "--set", "diffusion.attention_anneal_steps=2",
+                               "--set", "diffusion.shifted_outputs=true"});
   ASSERT_EQ(masked.exit_code, 0) << masked.output;
+  // The adapted model samples with the alignment it trained with.
+  const auto sampled = run_cli({"sample", "--run-dir", (*dir_ / "mdlm").string(), "--prompt", "ab", "--max-new-tokens",
+                                "4", "--steps", "4"});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
   EXPECT_NE(masked.output.find("starting from " + base().string()), std::string::npos) << masked.output;
   EXPECT_NE(masked.output.find("attention: causal as trained (ar), bidirectional here (masked_diffusion)"),
             std::string::npos)

@@ -121,12 +121,13 @@ TEST_F(ArTraining, DocumentMaskReachesTheModel) {
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   auto model = build_language_model(config.model, s.tokenizer->vocab_size());
   auto objective = make_objective(config, *s.tokenizer);
-  const int64_t eos = s.tokenizer->specials().eos;
+  // An AR model's eos opens the document after it (core/batch.h, DocumentSplit).
+  const DocumentSplit documents{s.tokenizer->specials().eos, /*eos_opens=*/true};
   const auto loss_nats = [&](const WindowEvalSource& source) {
     const ValidationSums totals = objective->evaluate(*model, source);
     return totals.sums.at("loss_nats") / totals.units;
   };
-  const double masked = loss_nats(WindowEvalSource(*s.val, 4, 0, torch::kCPU, eos));
+  const double masked = loss_nats(WindowEvalSource(*s.val, 4, 0, torch::kCPU, documents));
   const double unmasked = loss_nats(WindowEvalSource(*s.val, 4, 0, torch::kCPU));
 
   TrainingSession session(config, model, make_objective(config, *s.tokenizer), s.tokenizer,
