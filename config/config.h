@@ -161,6 +161,10 @@ struct ModelConfig {
   HiddenPositions hidden_positions; // interleaved | per_token
   std::string hidden_attention;  // per layer, tiled: L stream-local | X cross-stream mixing
   bool hidden_local_sees_token;  // stream-local layers also see the earlier streams of their own token
+  // LoRA (models/lora.h): adapters of this rank on the named projections, every other weight frozen; 0: off.
+  int64_t lora_rank;
+  double lora_alpha;             // the adapter's output is scaled by lora_alpha / lora_rank
+  std::vector<std::string> lora_targets;  // empty: every projection LoRA can adapt
 };
 
 struct ObjectiveConfig {

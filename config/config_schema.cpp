@@ -198,6 +198,16 @@ std::vector<FieldSpec> build_schema() {
                      "its own stream only), e.g. \"LLLX\"."),
       INKSTONE_FIELD(model, hidden_local_sees_token, false,
                      "Hidden decoding: stream-local layers also see the earlier copies of their own token."),
+      INKSTONE_FIELD(model, lora_rank, int64_t{0},
+                     "LoRA: adapters of this rank on the projections of model.lora_targets train while every other "
+                     "weight stays frozen (usually with train.init_checkpoint); 0: off.")
+          .range(0, 4096),
+      INKSTONE_FIELD(model, lora_alpha, 16.0, "LoRA: the adapters' output is scaled by lora_alpha / lora_rank.")
+          .positive_up_to(1e6),
+      INKSTONE_FIELD(model, lora_targets, Strings{},
+                     "LoRA: the projections that get adapters, by name (attention: q_proj, k_proj, v_proj, o_proj; "
+                     "SwiGLU and MoE experts: gate_proj, up_proj, down_proj); empty: all of them.")
+          .no_empty_entries(),
 
       INKSTONE_FIELD(objective, name, "ar",
                      "Training objective by its registered name (an unknown name is refused with the known ones)."),

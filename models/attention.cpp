@@ -4,6 +4,7 @@
 
 #include "core/torch_compat.h"
 #include "models/joint_linear.h"
+#include "models/lora.h"
 #include "models/kernels/qk_norm_rope.h"
 #include "models/model_dims.h"
 
@@ -96,6 +97,11 @@ TokenMixerKind attention_mixer_kind() {
   kind.make = [](const ModelConfig& config, int64_t layer) { return std::make_shared<AttentionImpl>(config, layer); };
   kind.parameter_count = AttentionImpl::parameter_count;
   kind.saved_floats_per_token = AttentionImpl::saved_floats_per_token;
+  kind.projections = [](const ModelConfig& config) {
+    const int64_t d = config.d_model, q = config.n_heads * resolved_head_dim(config),
+                  kv = config.n_kv_heads * resolved_head_dim(config);
+    return std::vector<ProjectionShape>{{"q_proj", d, q}, {"k_proj", d, kv}, {"v_proj", d, kv}, {"o_proj", q, d}};
+  };
   return kind;
 }
 
@@ -103,7 +109,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
   const int64_t q_width = n_heads_ * head_dim_, kv_width = n_kv_heads_ * head_dim_;
   std::vector<torch::Tensor> biases;
   if (q_proj->bias.defined()) biases = {q_proj->bias, k_proj->bias, v_proj->bias};
-  const auto joint = joint_linear(u, {q_proj->weight, k_proj->weight, v_proj->weight}, biases);
+  const auto joint =
+      plus_joint_lora({q_proj, k_proj, v_proj}, u, joint_linear(u, {q_proj->weight, k_proj->weight, v_proj->weight}, biases));
   const auto parts = joint.split_with_sizes({q_width, kv_width, kv_width}, -1);
   std::array<torch::Tensor, 3> qkv = {parts[0], parts[1], parts[2]};  // [B, T, H·h_d] each
   const bool conv = !qkv_conv.is_empty();
@@ -140,7 +147,8 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
                      ? attend_within_documents(q, k, v, *context.document_buckets, context.mode == MaskMode::causal,
                                                sink_)
                      : compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
-  return o_proj(y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_}));
+  const auto heads = y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_});
+  return plus_lora(o_proj, heads, o_proj(heads));
 }
 
 }  // namespace inkstone

@@ -11,6 +11,15 @@
 
 namespace inkstone {
 
+// A projection of a part: a Linear it holds under `name`, `copies` times (MoE experts), which LoRA can adapt
+// (models/lora.h).
+struct ProjectionShape {
+  std::string name;
+  int64_t in_features = 0;
+  int64_t out_features = 0;
+  int64_t copies = 1;
+};
+
 template <typename Part>
 struct BlockPartKind {
   char letter;               // in the layer pattern
@@ -23,6 +32,8 @@ struct BlockPartKind {
   // Floats per token its training forward keeps for backward, at the widths of `config`, each query seeing
   // `context` tokens: the activation estimate of `inkstone train --dry-run` (docs/training.md, "Memory").
   std::function<double(const ModelConfig& config, int64_t context)> saved_floats_per_token;
+  // The projections LoRA can adapt, at the widths of `config`; may be empty (none).
+  std::function<std::vector<ProjectionShape>(const ModelConfig& config)> projections;
   // InputError for settings the part cannot be built with; may be empty.
   std::function<void(const ModelConfig& config)> check;
   // Why a captured CUDA graph cannot replay its decode step (sampler/decode_step.h); empty: it can.

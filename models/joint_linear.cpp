@@ -43,16 +43,27 @@ struct JointLinearFunction : public torch::autograd::Function<JointLinearFunctio
     const auto dtype = x.scalar_type();
     const auto dy = grads[0].to(dtype);
     const auto dy_rows = dy.reshape({-1, dy.size(-1)});
+    // Inputs in order: x, the weights, the biases. Frozen ones (LoRA's base, models/lora.h) get no gradient, and
+    // with every weight frozen the weight product is skipped.
+    const size_t n = weights.size();
+    const auto needed = [&](size_t input) { return ctx->needs_input_grad(input); };
     variable_list result;
     const auto x_dtype = static_cast<torch::ScalarType>(ctx->saved_data["x_dtype"].toInt());
-    result.push_back(dy.matmul(joined(weights, dtype)).to(x_dtype));
+    result.push_back(needed(0) ? dy.matmul(joined(weights, dtype)).to(x_dtype) : torch::Tensor());
     std::vector<int64_t> widths;
-    for (const auto& w : weights) widths.push_back(w.size(0));
-    const auto dw = dy_rows.t().mm(x.reshape({-1, x.size(-1)})).split_with_sizes(widths);
-    for (size_t i = 0; i < weights.size(); ++i) result.push_back(dw[i].to(weights[i].scalar_type()));
+    bool any_weight = false;
+    for (size_t i = 0; i < n; ++i) {
+      widths.push_back(weights[i].size(0));
+      any_weight = any_weight || needed(1 + i);
+    }
+    std::vector<torch::Tensor> dw(n);
+    if (any_weight) dw = dy_rows.t().mm(x.reshape({-1, x.size(-1)})).split_with_sizes(widths);
+    for (size_t i = 0; i < n; ++i)
+      result.push_back(needed(1 + i) ? dw[i].to(weights[i].scalar_type()) : torch::Tensor());
     if (ctx->saved_data["has_bias"].toBool()) {
       const auto db = dy_rows.sum(0).split_with_sizes(widths);
-      for (size_t i = 0; i < weights.size(); ++i) result.push_back(db[i].to(weights[i].scalar_type()));
+      for (size_t i = 0; i < n; ++i)
+        result.push_back(needed(1 + n + i) ? db[i].to(weights[i].scalar_type()) : torch::Tensor());
     }
     return result;
   }

@@ -11,6 +11,7 @@
 #include "models/block.h"
 #include "models/block_registry.h"
 #include "models/layer_pattern.h"
+#include "models/lora.h"
 #include "models/model_dims.h"
 #include "models/rope.h"
 #include "models/width_profile.h"
@@ -49,6 +50,7 @@ void use_stream_local_masks(std::vector<AttentionContext>& contexts, const Model
 // where its hidden streams never meet.
 const ModelConfig& with_registered_parts(const ModelConfig& config) {
   check_block_patterns(config);
+  check_lora_settings(config);
   warn_if_streams_never_cross(config);
   return config;
 }
@@ -91,6 +93,7 @@ LanguageModelImpl::LanguageModelImpl(const ModelConfig& config, int64_t vocab_si
   const auto roles = param_roles();  // in the same order
   for (size_t k = 0; k < parameters.size(); ++k) scheme(roles[k].first, parameters[k].value(), roles[k].second);
   if (!init_scheme_follows_width(config)) scale_init_to_layer_widths();
+  attach_lora_adapters(*this, *blocks, config);
 }
 
 // A fixed σ keeps Var ∝ 1/fan_in only at d_model: layer i's matrices get σ·√(d_model / w_i) (docs/backbones.md,

@@ -21,6 +21,9 @@ class SwiGLUImpl : public FeedForward {
 };
 TORCH_MODULE(SwiGLU);
 
+// The gate, up and down projections of `copies` SwiGLUs of these widths (what LoRA can adapt).
+std::vector<ProjectionShape> swiglu_projections(int64_t d_model, int64_t ffn_dim, int64_t copies);
+
 // Registry entry 'D', the dense feed-forward (models/block_registry.h).
 FeedForwardKind swiglu_feed_forward_kind();
 

@@ -66,6 +66,16 @@ FeedForwardKind moe_feed_forward_kind() {
                                    config.moe_experts));
   };
   kind.graph_decode_obstacle = "MoE layers";  // buffers sized from the routing
+  // Every routed expert's projections, and the shared experts' (one SwiGLU of their joint width).
+  kind.projections = [](const ModelConfig& config) {
+    const int64_t width = config.moe_expert_ffn_dim > 0 ? config.moe_expert_ffn_dim : resolved_ffn_dim(config);
+    auto shapes = swiglu_projections(config.d_model, width, config.moe_experts);
+    if (config.moe_shared_experts > 0) {
+      const auto shared = swiglu_projections(config.d_model, config.moe_shared_experts * width, 1);
+      shapes.insert(shapes.end(), shared.begin(), shared.end());
+    }
+    return shapes;
+  };
   return kind;
 }
 

@@ -13,6 +13,7 @@
 #include "core/counter_hash.h"
 #include "core/errors.h"
 #include "dataset/prompt_format.h"
+#include "models/lora.h"
 #include "objectives/policy_log_probs.h"
 #include "rl/policy_eval.h"
 #include "sampler/rollout.h"
@@ -77,7 +78,9 @@ RolloutSource::RolloutSource(TrainingSession& session)
     throw InputError(fmt::format("rl.eval_prompts = {} must be a multiple of the {} ranks that share them",
                                  rl_.eval_prompts, world_size_));
   LanguageModel& policy = session.model();
-  if (rl_.reference == ReferencePolicy::initial) {
+  // A LoRA policy's initial self is its frozen base with the adapters off (models/lora.h): no second copy.
+  reference_is_base_ = rl_.reference == ReferencePolicy::initial && policy->config().lora_rank > 0;
+  if (rl_.reference == ReferencePolicy::initial && !reference_is_base_) {
     reference_ = build_language_model(policy->config(), policy->vocab_size());
     cast_parameters(*reference_, parameter_dtype(*policy));  // bf16 weights (run.param_dtype): the same rounding
     load_module_weights(*reference_, module_weights(*policy), "the initial policy");
@@ -148,8 +151,14 @@ nlohmann::json RolloutSource::annotate_log_probs(TrainingSession& session, Batch
   line["rollout_drift_ratio_min"] = drift.min().item<double>();
   line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
   line["rollout_drift_ratio_max"] = drift.max().item<double>();
-  if (reference_) {
-    batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
+  if (reference_ || reference_is_base_) {
+    if (reference_) {
+      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
+    } else {
+      const LoraOff base;
+      batch.rollout.ref_log_probs =
+          policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_).log_probs;
+    }
     const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
     line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
   }

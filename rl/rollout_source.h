@@ -60,7 +60,8 @@ class RolloutSource : public StepSource {
   bool cuda_graphs_;
   int64_t rank_;
   int64_t world_size_;
-  LanguageModel reference_{nullptr};  // null when the reference is π_old
+  LanguageModel reference_{nullptr};  // null when the reference is π_old or the LoRA policy's base
+  bool reference_is_base_ = false;     // the reference is the policy with its LoRA adapters off
   std::unique_ptr<PromptSource> train_problems_;
   std::unique_ptr<PromptSource> eval_problems_;
   std::vector<WeightedReward> rewards_;

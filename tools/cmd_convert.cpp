@@ -47,6 +47,11 @@ int convert(const ConvertOptions& o) {
     throw InputError(fmt::format("'{}' already has checkpoints: choose another --out", run_dir.string()));
   CheckpointData source = load_checkpoint(o.from, CheckpointParts::model);
   Config config = config_from_string(source.config_toml, o.from + "/config.toml");
+  // The routing the conversion adds starts at zero and must train, where LoRA would freeze it.
+  if (config.model.lora_rank > 0)
+    throw InputError(fmt::format("'{}' adapts its model with LoRA (model.lora_rank = {}): export or start a run from it "
+                                 "(which merges the adapters) and convert that",
+                                 o.from, config.model.lora_rank));
   const ModelConfig plain_config = config.model;
   const int64_t heads = o.heads > 0 ? o.heads : plain_config.n_kv_heads;  // H = n_kv: the MHAR default
   const int64_t blocks = o.blocks > 0 ? o.blocks : plain_config.n_layers;

@@ -14,6 +14,7 @@
 #include "interop/hf_config.h"
 #include "interop/hf_tokenizer_files.h"
 #include "interop/hf_weights.h"
+#include "models/lora.h"
 #include "objectives/objective.h"
 #include "tools/commands.h"
 
@@ -78,6 +79,7 @@ int export_hf(const ExportOptions& o) {
   const bool causal = make_objective(config, *tokenizer)->needs().mask == MaskMode::causal;
 
   std::map<std::string, torch::Tensor> weights(checkpoint.model.begin(), checkpoint.model.end());
+  merge_lora_adapters(weights, config.model);  // a LoRA run exports as its merged model
   const int64_t vocab_size = weights.count("embed.weight") ? weights["embed.weight"].size(0) : 0;
   std::vector<PlannedTensor> tensors;
   for (const ParameterShape& p : hf_parameter_shapes(config.model, vocab_size)) {

@@ -137,6 +137,10 @@ int train(const TrainOptions& o) {
   RunContext ctx = prepare_run(config, initial ? initial->tokenizer : nullptr);
   if (!rollouts && !config.train.init_checkpoint.empty())
     initial = adopt_initial_checkpoint(config, given_keys(o.config_path, o.overrides), *ctx.tokenizer);
+  // Adapters on random frozen weights would learn nothing worth having.
+  if (config.model.lora_rank > 0 && !initial)
+    throw InputError(fmt::format("model.lora_rank = {} adapts a trained model: set train.init_checkpoint to it",
+                                 config.model.lora_rank));
   // A data-parallel rank: its own GPU, its share of each batch; rank 0 alone prints and writes the run folder.
   auto distributed = join_launch(launch, config, ctx.device);
   const bool main = distributed->is_main();

@@ -10,6 +10,7 @@
 #include "checkpoint/module_weights.h"
 #include "config/config_schema.h"
 #include "core/errors.h"
+#include "models/lora.h"
 #include "objectives/objective.h"
 #include "tools/run_setup.h"
 
@@ -24,6 +25,9 @@ std::string change_note(const std::string& key) {
   if (key == "tie_embeddings") return "an output head of its own, starting as a copy of the tied embedding";
   return "no weight changes";
 }
+
+// LoRA settings say how this run trains (models/lora.h), not what the checkpoint is: never adopted, never compared.
+bool lora_key(const std::string& model_key) { return model_key.rfind("lora_", 0) == 0; }
 
 // The checkpoint's description, read for config key `key` (its value is `path`).
 InitialCheckpoint read_description(const std::string& key, const std::string& path) {
@@ -63,7 +67,7 @@ InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::s
                                  data_tokenizer.kind(), data_tokenizer.vocab_size(), path));
 
   for (const FieldSpec& field : config_schema()) {
-    if (field.section != "model") continue;
+    if (field.section != "model" || lora_key(field.key)) continue;
     const std::string wanted = field_to_toml(config, field), trained = field_to_toml(initial.config, field);
     if (wanted == trained) continue;
     if (!given.count(field.name())) {
@@ -99,7 +103,11 @@ InitialCheckpoint adopt_initial_policy(Config& config) {
                                  "objective '{}' decodes its policy left to right; start from an autoregressive "
                                  "checkpoint",
                                  path, initial.config.objective.name, config.objective.name));
+  const ModelConfig run_model = config.model;
   config.model = initial.config.model;
+  config.model.lora_rank = run_model.lora_rank;
+  config.model.lora_alpha = run_model.lora_alpha;
+  config.model.lora_targets = run_model.lora_targets;
   config.data = initial.config.data;
   const ChatConfig defaults = default_config().chat;
   const ChatConfig& chat = config.chat;
@@ -114,12 +122,17 @@ std::vector<std::string> load_initial_weights(LanguageModelImpl& model, const In
   const std::string path = initial.checkpoint.folder.string();
   const NamedTensors weights = load_checkpoint(initial.checkpoint.folder, CheckpointParts::model).model;
   std::map<std::string, torch::Tensor> unused(weights.begin(), weights.end());
+  // A LoRA checkpoint starts a run as its merged model.
+  const size_t before_merge = unused.size();
+  merge_lora_adapters(unused, initial.config.model);
+  const bool merged = unused.size() != before_merge;
   NamedTensors present;
   std::vector<std::string> fresh;
+  const bool lora = model.config().lora_rank > 0;
   for (const auto& item : model.named_parameters()) {
     auto it = unused.find(item.key());
     if (it == unused.end()) {
-      fresh.push_back(item.key());
+      if (!lora || !item.value().requires_grad()) fresh.push_back(item.key());  // the adapters are LoRA's own
       continue;
     }
     present.emplace_back(it->first, it->second);
@@ -136,8 +149,17 @@ std::vector<std::string> load_initial_weights(LanguageModelImpl& model, const In
     present.emplace_back("head.weight", embedding->second);
     fresh.erase(head);
   }
+  // Frozen, a new weight would keep its initialisation for good (a zero adaLN-Zero modulation, a random time embedding).
+  if (lora && !fresh.empty())
+    throw InputError(fmt::format("model.lora_rank = {} freezes every weight but the adapters, and {} '{}' has no '{}' "
+                                 "(a weight new in this architecture) to freeze: make the change without LoRA first",
+                                 model.config().lora_rank, initial.key, path, fresh.front()));
   load_module_weights(model, present, path, /*keep_missing=*/true);
   std::vector<std::string> notes;
+  if (merged) notes.push_back("the checkpoint's LoRA adapters merged into its weights");
+  if (const ModelConfig& c = model.config(); c.lora_rank > 0)
+    notes.push_back(fmt::format("LoRA: rank-{} adapters (alpha {}) on {}; every other weight frozen", c.lora_rank,
+                                c.lora_alpha, c.lora_targets.empty() ? "every projection" : fmt::format("{}", fmt::join(c.lora_targets, ", "))));
   if (!fresh.empty())
     notes.push_back(fmt::format("{} new weight tensor(s) initialised as configured: {}{}", fresh.size(),
                                 fmt::join(fresh.begin(), fresh.begin() + std::min<size_t>(fresh.size(), 3), ", "),

@@ -127,12 +127,13 @@ TrainingData open_training_data(const Config& config, const Tokenizer& tokenizer
 }
 
 LanguageModel build_model_for(const Config& config, const Tokenizer& tokenizer, const torch::Device& device) {
-  // fp32 weights, gradients and two Adam moments: 16 bytes a parameter, before any activation.
+  // fp32 weights, gradients and two Adam moments: 16 bytes a parameter, before any activation; 4 for the frozen
+  // weights of LoRA (its adapters are a small share).
   const ModelConfig& m = config.model;
   const int64_t vocab = std::max<int64_t>(m.vocab_size, tokenizer.vocab_size());
   const double parameters = static_cast<double>(width_dependent_parameter_count(m, layer_widths(m))) +
                             static_cast<double>(vocab) * static_cast<double>(m.d_model) * (m.tie_embeddings ? 1 : 2);
-  require_memory(16 * parameters, device,
+  require_memory((m.lora_rank > 0 ? 4 : 16) * parameters, device,
                  fmt::format("training a model of about {:.3g} parameters (vocabulary {}, model.d_model {})",
                              parameters, vocab, m.d_model));
   return build_language_model(config.model, tokenizer.vocab_size());

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "models/block_registry.h"
+#include "models/lora.h"
 #include "models/modulation.h"
 #include "models/residual_routing.h"
 #include "models/time_embedding.h"
@@ -36,6 +37,7 @@ int64_t small_module_parameters(const ModelConfig& c) {
 
 MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations) {
   const ModelConfig& c = config.model;
+  check_lora_settings(c);  // a target no layer has would plan nothing to train
   MemoryPlan plan;
   plan.ranks = ranks;
   plan.zero_stage = ranks > 1 ? config.distributed.zero_stage : 0;
@@ -63,7 +65,9 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
     const int64_t ffn_branch = ffn.parameter_count(lc) + w;
     plan.branch_parameters += mixer_branch + ffn_branch;
     plan.largest_branch = std::max({plan.largest_branch, mixer_branch, ffn_branch});
-    plan.parameters += block_parameter_count(lc, static_cast<int64_t>(i));
+    const int64_t adapters = lora_parameter_count(lc, static_cast<int64_t>(i));
+    plan.parameters += block_parameter_count(lc, static_cast<int64_t>(i)) + adapters;
+    plan.trained_parameters += adapters;
     const double per_branch = (c.time_conditioning ? 4.0 : 2.0) * static_cast<double>(w);
     double floats = 2 * per_branch + (c.residual != ResidualMode::plain ? 2.0 * w : 0.0);
     if (mixer.saved_floats_per_token) floats += mixer.saved_floats_per_token(lc, slots);
@@ -71,11 +75,15 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
     layer_floats.push_back(floats);
   }
 
+  // LoRA trains the adapters alone; the frozen weights stay whole on every rank whatever the ZeRO stage.
+  const bool lora = c.lora_rank > 0;
+  if (!lora) plan.trained_parameters = plan.parameters;
   const int64_t stage = plan.zero_stage;
-  const double p = static_cast<double>(plan.parameters), share = p / static_cast<double>(ranks);
+  const double all = static_cast<double>(plan.parameters);
+  const double p = static_cast<double>(plan.trained_parameters), share = p / static_cast<double>(ranks);
   const double branches = static_cast<double>(plan.branch_parameters);
   const double weight = static_cast<double>(plan.bytes_per_weight);
-  plan.weights = weight * (stage == 3 ? p - branches + branches / ranks + 2.0 * plan.largest_branch : p);
+  plan.weights = weight * (stage == 3 && !lora ? all - branches + branches / ranks + 2.0 * plan.largest_branch : all);
   plan.gradients = weight * (stage >= 2 ? share : p);
   // Buckets sum in fp32 whatever the weights' dtype (train/distributed.h).
   const double bucket_bytes = config.distributed.bucket_mb * 1024 * 1024;
@@ -101,7 +109,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   // Planned for CUDA unless the run is on the CPU by name (the larger chunk where run.device = auto).
   const double chunk_rows = std::min(
       loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib, config.run.device != "cpu")));
-  plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + 4.0 * static_cast<double>(vocab * d) +
+  plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + (lora ? 0.0 : 4.0 * static_cast<double>(vocab * d)) +
                          objective_logit_copies(config.objective.name) * 4.0 * chunk_rows * static_cast<double>(vocab);
   return plan;
 }
@@ -114,6 +122,8 @@ std::string describe(const MemoryPlan& plan) {
       "{}, micro-batch {} rows, {}-byte weights, {}-byte activations\n",
       millions(plan.parameters), millions(plan.branch_parameters), millions(plan.largest_branch), plan.ranks,
       plan.zero_stage, plan.micro_batch_rows, plan.bytes_per_weight, plan.bytes_per_activation);
+  if (plan.trained_parameters != plan.parameters)
+    text += fmt::format("  LoRA: {:.3f}M adapter parameters train, the rest is frozen\n", millions(plan.trained_parameters));
   text += "per rank           MiB\n";
   text += fmt::format("  weights          {:.1f}\n", mib(plan.weights));
   text += fmt::format("  gradients        {:.1f}\n", mib(plan.gradients));

@@ -14,6 +14,7 @@ struct MemoryPlan {
   int64_t ranks = 1;
   int64_t zero_stage = 0;        // as it applies: 0 in one process
   int64_t parameters = 0;        // the whole model
+  int64_t trained_parameters = 0;  // what the optimizer steps: the whole model, or the LoRA adapters alone
   int64_t branch_parameters = 0; // in the residual branches (what ZeRO-3 keeps on their owners only)
   int64_t largest_branch = 0;
   int64_t micro_batch_rows = 0;  // per rank

@@ -5,10 +5,14 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 
 #include "checkpoint/checkpoint.h"
+#include "checkpoint/safetensors.h"
 #include "config/config.h"
 #include "core/errors.h"
+#include "interop/hf_weights.h"
+#include "models/lora.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
 #include "tools/init_checkpoint.h"
@@ -189,6 +193,62 @@ TEST_F(InitCheckpoint, ADiffusionCheckpointIsRefusedAsAnAutoregressivePolicy) {
                            "which attends both ways"),
             std::string::npos)
       << rl.output;
+}
+
+// LoRA from a checkpoint: only the adapters move; sample reads the adapted model and `export hf` writes the merged
+// one; a run started from the LoRA run begins from its merged weights.
+TEST_F(InitCheckpoint, LoraAdaptsAFrozenCheckpointAndExportsItMerged) {
+  const auto run = *dir_ / "lora";
+  const auto trained = run_cli({"train", tuned_config().string(), "--run-dir", run.string(), "--set",
+                                "model.lora_rank=4", "--set", "optim.learning_rate=1e-2"});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  EXPECT_NE(trained.output.find("LoRA: rank-4 adapters (alpha 16) on every projection; every other weight frozen"),
+            std::string::npos)
+      << trained.output;
+  const auto base_weights = load_checkpoint(base()).model, lora_weights = load_checkpoint(run).model;
+  const std::map<std::string, torch::Tensor> base_map(base_weights.begin(), base_weights.end());
+  int64_t moved = 0;
+  for (const auto& [name, tensor] : lora_weights) {
+    if (name.find(".lora.") != std::string::npos) {
+      moved += !tensor.eq(0).all().item<bool>() && name.find(".lora.b") != std::string::npos;
+      continue;
+    }
+    EXPECT_TRUE(tensor.equal(base_map.at(name))) << name << " moved";
+  }
+  EXPECT_GT(moved, 0);
+
+  const auto sampled = run_cli({"sample", "--run-dir", run.string(), "--prompt", "the", "--max-new-tokens", "4"});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  const auto exported = run_cli({"export", "hf", run.string(), "--out", (*dir_ / "lora-hf").string()});
+  ASSERT_EQ(exported.exit_code, 0) << exported.output;
+  // The export holds the merged weights, W + (α / r) B A, and no adapter.
+  std::map<std::string, torch::Tensor> merged(lora_weights.begin(), lora_weights.end());
+  merge_lora_adapters(merged, load_config((run / "config.toml").string()).model);
+  int64_t compared = 0;
+  for (const auto& entry : fs::directory_iterator(*dir_ / "lora-hf")) {
+    if (entry.path().extension() != ".safetensors") continue;
+    for (const auto& [name, tensor] : read_safetensors(entry.path()).tensors) {
+      EXPECT_EQ(name.find("lora"), std::string::npos) << name;
+      for (const auto& [ours, value] : merged)
+        if (hf_name(ours) == name) {
+          EXPECT_TRUE(tensor.equal(value.to(tensor.scalar_type()))) << name;
+          ++compared;
+        }
+    }
+  }
+  EXPECT_EQ(compared, static_cast<int64_t>(merged.size()));
+
+  const auto unanchored = run_cli({"train", (*dir_ / "base.toml").string(), "--run-dir", (*dir_ / "lora-alone").string(),
+                                   "--set", "model.lora_rank=4"});
+  EXPECT_EQ(unanchored.exit_code, 2) << unanchored.output;
+  EXPECT_NE(unanchored.output.find("model.lora_rank = 4 adapts a trained model: set train.init_checkpoint"),
+            std::string::npos)
+      << unanchored.output;
+  const auto continued = run_cli({"train", tuned_config().string(), "--run-dir", (*dir_ / "after-lora").string(),
+                                  "--set", "train.init_checkpoint=\"" + run.string() + "\""});
+  ASSERT_EQ(continued.exit_code, 0) << continued.output;
+  EXPECT_NE(continued.output.find("the checkpoint's LoRA adapters merged into its weights"), std::string::npos)
+      << continued.output;
 }
 
 // --resume reads the architecture from the initial checkpoint again and the weights from the run's own.

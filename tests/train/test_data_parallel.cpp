@@ -522,6 +522,25 @@ TEST_F(DataParallel, ZeroMatchesDdpForDiffusionAndRl) {
   }
 }
 
+// LoRA on 2 ranks (docs/training.md, "LoRA"): only the adapters are synchronised, sharded and stepped, so DDP trains
+// as one process does and ZeRO-2 / ZeRO-3 as DDP.
+TEST_F(DataParallel, LoraAdaptersTrainAlikeOnTwoRanksAndUnderZero) {
+  const auto dir = *dir_ / "lora";
+  Config config = config_from_string(tiny_config_text(data(), 1, 60), "lora.toml");
+  config.model.lora_rank = 2;
+  std::map<int64_t, double> single;
+  train_tiny(config, dir / "single_run", nullptr, [&](int64_t step, double loss) { single[step] = loss; });
+  const auto ddp = two_ranks(dir, "lora_ddp", config_to_toml(config));
+  ASSERT_EQ(ddp.size(), single.size());
+  for (const auto& [step, loss] : single) EXPECT_NEAR(ddp.at(step), loss, 1e-5) << "DDP step " << step;
+  for (const int stage : {2, 3}) {
+    config.distributed.zero_stage = stage;
+    const auto zero = two_ranks(dir, fmt::format("lora_zero{}", stage), config_to_toml(config));
+    ASSERT_EQ(zero.size(), ddp.size());
+    for (const auto& [step, loss] : ddp) EXPECT_NEAR(zero.at(step), loss, 1e-5) << "stage " << stage << " step " << step;
+  }
+}
+
 // bf16 weights with fp32 master weights on 2 ranks: gradients are summed in fp32 buckets, so ZeRO-1 (masters
 // sharded), ZeRO-2 and ZeRO-3 (bf16 branch weights gathered as fp16-typed bits over Gloo) train as DDP does, to the
 // bit; ZeRO-2's optimizer shards carry the masters, which consolidate to DDP's. GFlowRL rolls out the bf16 policy

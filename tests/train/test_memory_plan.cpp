@@ -43,6 +43,24 @@ TEST_P(MemoryPlanZoo, CountsTheBuiltModelsParameters) {
   }
 }
 
+// With LoRA the plan counts the adapters beside the frozen weights, and plans gradients and moments for them alone.
+TEST_P(MemoryPlanZoo, CountsTheAdaptersALoraRunTrains) {
+  const auto path = testing::zoo_config_path(GetParam()).string();
+  auto overrides = testing::tiny_zoo_model_overrides(load_config(path));
+  overrides.push_back("model.lora_rank=3");
+  overrides.push_back("model.moe_bias_update_rate=0");  // it would move the frozen routers
+  const Config config = load_config(path, overrides);
+  const auto model = build_language_model(config.model, kVocab);
+  int64_t trainable = 0;
+  for (const auto& p : model->parameters())
+    if (p.requires_grad()) trainable += p.numel();
+  const MemoryPlan plan = plan_memory(config, kVocab, 1, false);
+  EXPECT_GT(trainable, 0) << GetParam();
+  EXPECT_EQ(plan.trained_parameters, trainable) << GetParam();
+  EXPECT_EQ(plan.parameters, model->param_counts().total) << GetParam();
+  EXPECT_DOUBLE_EQ(plan.optimizer, 8.0 * static_cast<double>(trainable)) << GetParam();
+}
+
 INSTANTIATE_TEST_SUITE_P(Zoo, MemoryPlanZoo, ::testing::ValuesIn(testing::zoo_config_names()),
                          [](const auto& info) { return testing::zoo_test_name(info.param); });
 

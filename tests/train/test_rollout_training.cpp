@@ -2,6 +2,7 @@
 // checkpoint) for every rollout objective, through the training session and the rollout step source.
 #include <cmath>
 #include <fstream>
+#include <map>
 
 #include <gtest/gtest.h>
 
@@ -75,6 +76,47 @@ void run_arithmetic(const std::string& objective_name) {
 }
 
 TEST(RolloutTraining, GflowrlRunsEndToEnd) { run_arithmetic("gflowrl"); }
+
+// A LoRA policy (models/lora.h) trains its adapters alone, and its reference is its frozen base with the adapters
+// off: the same model as the policy at the first step (KL exactly 0), another one once the adapters moved (after
+// the first step whose groups are not all alike, so that the gradient is not 0).
+TEST(RolloutTraining, ALoraPolicyTrainsItsAdaptersAgainstItsBase) {
+  Config config = toy_scale(default_config());
+  config.objective.name = "grpo";
+  config.train.steps = 3;
+  config.rl.task = "arithmetic";
+  config.optim.learning_rate = 1e-2;
+  config.model.lora_rank = 2;
+  auto tokenizer = std::make_shared<ByteTokenizer>();
+  torch::manual_seed(5);
+  auto model = build_language_model(config.model, tokenizer->vocab_size());
+  std::map<std::string, torch::Tensor> before;
+  for (const auto& item : model->named_parameters()) before[item.key()] = item.value().clone();
+  TrainingSession session(config, model, make_objective(config, *tokenizer), tokenizer,
+                          testing::temp_dir("rl_lora"), torch::kCPU);
+  RolloutSource source(session);
+  std::vector<nlohmann::json> lines;
+  source.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
+  session.run(source);
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["kl_old_ref_k3"].get<double>(), 0.0);
+  size_t moved = 0;  // the first step with a gradient
+  while (moved < lines.size() && lines[moved]["grad_norm"].get<double>() == 0.0) {
+    EXPECT_EQ(lines[moved]["kl_old_ref_k3"].get<double>(), 0.0) << "step " << moved + 1;
+    ++moved;
+  }
+  ASSERT_LT(moved + 1, lines.size());
+  EXPECT_GT(lines[moved + 1]["kl_old_ref_k3"].get<double>(), 0.0);
+  bool adapters_moved = false;
+  for (const auto& item : session.model()->named_parameters()) {
+    const bool adapter = item.key().find(".lora.") != std::string::npos;
+    const bool same = item.value().equal(before.at(item.key()));
+    if (adapter) adapters_moved = adapters_moved || !same;
+
+    else EXPECT_TRUE(same) << item.key() << " moved";
+  }
+  EXPECT_TRUE(adapters_moved);
+}
 TEST(RolloutTraining, GrpoRunsEndToEnd) { run_arithmetic("grpo"); }
 TEST(RolloutTraining, FlowrlRunsEndToEnd) { run_arithmetic("flowrl"); }
 
