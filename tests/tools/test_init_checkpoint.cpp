@@ -7,6 +7,8 @@
 #include <fstream>
 #include <map>
 
+#include <nlohmann/json.hpp>
+
 #include "checkpoint/checkpoint.h"
 #include "checkpoint/safetensors.h"
 #include "config/config.h"
@@ -15,6 +17,7 @@
 #include "models/lora.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
+#include "tests/test_paths.h"
 #include "tools/init_checkpoint.h"
 #include "tools/run_setup.h"
 
@@ -237,6 +240,19 @@ TEST_F(InitCheckpoint, LoraAdaptsAFrozenCheckpointAndExportsItMerged) {
     }
   }
   EXPECT_EQ(compared, static_cast<int64_t>(merged.size()));
+  // transformers computes from the merged export what the adapted model computes.
+  if (const auto python = testing::reference_python(); !python.empty()) {
+    std::ofstream(*dir_ / "ids.txt") << "116 104 101 32 99 97 116\n97 32 100 111 103 32 115\n";
+    const auto dumped = run_cli({"eval", "--run-dir", run.string(), "--token-ids", (*dir_ / "ids.txt").string(),
+                                 "--dump-logits", (*dir_ / "lora-logits.safetensors").string()});
+    ASSERT_EQ(dumped.exit_code, 0) << dumped.output;
+    const auto checked = testing::run_command(
+        {python.string(), (testing::source_dir() / "tests" / "interop" / "check_with_transformers.py").string(),
+         (*dir_ / "lora-hf").string(), (*dir_ / "lora-logits.safetensors").string()});
+    ASSERT_EQ(checked.exit_code, 0) << checked.output;
+    const auto report = nlohmann::json::parse(checked.output.substr(checked.output.rfind('{')));
+    EXPECT_LT(report["max_abs_diff"].get<double>(), 1e-4);
+  }
 
   const auto unanchored = run_cli({"train", (*dir_ / "base.toml").string(), "--run-dir", (*dir_ / "lora-alone").string(),
                                    "--set", "model.lora_rank=4"});
