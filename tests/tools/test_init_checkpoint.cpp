@@ -254,6 +254,21 @@ TEST_F(InitCheckpoint, LoraAdaptsAFrozenCheckpointAndExportsItMerged) {
     EXPECT_LT(report["max_abs_diff"].get<double>(), 1e-4);
   }
 
+  // With bf16 weights the base is the checkpoint's rounded to bf16 and stays so; the adapters train in fp32 masters.
+  const auto bf16_run = *dir_ / "lora-bf16";
+  const auto bf16 = run_cli({"train", tuned_config().string(), "--run-dir", bf16_run.string(), "--set",
+                             "model.lora_rank=4", "--set", "optim.learning_rate=1e-2", "--set", "run.param_dtype=\"bf16\""});
+  ASSERT_EQ(bf16.exit_code, 0) << bf16.output;
+  const CheckpointData bf16_done = load_checkpoint(bf16_run);
+  int64_t bf16_moved = 0;
+  for (const auto& [name, tensor] : bf16_done.model) {
+    EXPECT_EQ(tensor.scalar_type(), torch::kBFloat16) << name;
+    if (name.find(".lora.b") != std::string::npos) bf16_moved += !tensor.eq(0).all().item<bool>();
+    else if (name.find(".lora.") == std::string::npos)
+      EXPECT_TRUE(tensor.equal(base_map.at(name).to(torch::kBFloat16))) << name << " moved";
+  }
+  EXPECT_GT(bf16_moved, 0);
+
   const auto unanchored = run_cli({"train", (*dir_ / "base.toml").string(), "--run-dir", (*dir_ / "lora-alone").string(),
                                    "--set", "model.lora_rank=4"});
   EXPECT_EQ(unanchored.exit_code, 2) << unanchored.output;
