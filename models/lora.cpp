@@ -1,6 +1,7 @@
 #include "models/lora.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <set>
 
@@ -15,6 +16,9 @@ namespace inkstone {
 namespace {
 
 thread_local bool adapters_off = false;
+// Adapters attached in this process so far: while 0, a forward never looks for one (the projections of every
+// model without LoRA are called on the hot path of training and decoding).
+std::atomic<int64_t> adapters_attached{0};
 
 constexpr const char* kAdapterName = "lora";
 
@@ -93,6 +97,7 @@ void attach_lora_adapters(torch::nn::Module& model, torch::nn::Module& blocks, c
     const auto& weight = projection->weight;
     projection->register_module(kAdapterName, LoraAdapter(weight.size(1), weight.size(0), config.lora_rank,
                                                           config.lora_alpha));
+    ++adapters_attached;
   }
   for (auto& item : model.named_parameters()) {
     const std::string& name = item.key();
@@ -104,6 +109,7 @@ void attach_lora_adapters(torch::nn::Module& model, torch::nn::Module& blocks, c
 namespace {
 
 LoraAdapterImpl* adapter_of(const torch::nn::Linear& projection) {
+  if (adapters_attached.load(std::memory_order_relaxed) == 0) return nullptr;
   for (const auto& child : projection->named_children())
     if (child.key() == kAdapterName) return child.value()->as<LoraAdapterImpl>();
   return nullptr;
