@@ -1,5 +1,9 @@
 #include "train/stop_signal.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <csignal>
 
 namespace inkstone {
@@ -7,7 +11,21 @@ namespace {
 
 volatile std::sig_atomic_t received = 0;
 
+// A hang-up means the terminal or ssh session that read stdout and stderr is gone: a write to it would fail (EIO)
+// or kill the process (SIGPIPE) before the checkpoint. Such outputs are pointed at /dev/null; a regular file (a
+// redirected log) keeps receiving. Only async-signal-safe calls (fstat, open, dup2, close).
+void silence_lost_outputs() {
+  const int sink = ::open("/dev/null", O_WRONLY);
+  if (sink < 0) return;
+  for (int fd : {STDOUT_FILENO, STDERR_FILENO}) {
+    struct stat info {};
+    if (::fstat(fd, &info) == 0 && !S_ISREG(info.st_mode)) ::dup2(sink, fd);
+  }
+  ::close(sink);
+}
+
 void on_stop_signal(int number) {
+  if (number == SIGHUP) silence_lost_outputs();
   if (received != 0) {
     // The second signal: the default action (terminate with this signal), now.
     std::signal(number, SIG_DFL);
@@ -24,7 +42,7 @@ void install_stop_signal_handlers() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // reads and writes in flight finish; the loop looks at the flag between steps
-  for (int number : {SIGTERM, SIGINT, SIGUSR1}) sigaction(number, &action, nullptr);
+  for (int number : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaction(number, &action, nullptr);
 }
 
 int stop_signal_received() { return static_cast<int>(received); }

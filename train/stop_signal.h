@@ -1,5 +1,5 @@
-// Preemption (docs/reliability.md): SIGTERM, SIGINT and SIGUSR1 ask a training run to stop after its current
-// step, with a checkpoint; a second signal ends the process at once, as the first would have without a handler.
+// Preemption (docs/reliability.md): SIGTERM, SIGINT, SIGUSR1 and SIGHUP (a closed terminal or ssh session) ask a
+// training run to stop after its current step, with a checkpoint; a second signal ends the process at once, as the first would have without a handler.
 #pragma once
 
 #include "core/host_copy.h"

@@ -1,6 +1,7 @@
 // What a run promises when things go wrong (docs/reliability.md): one writer per run folder, no non-finite
 // checkpoint, no NaN or infinite setting, and a signal that stops a run after a checkpoint it resumes from.
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -308,14 +309,52 @@ TEST(Preemption, SigtermCheckpointsTheCurrentStepAndResumeFinishesTheRun) {
   fs::remove_all(dir);
 }
 
-TEST(Preemption, SigintAndSigusr1StopTheSameWay) {
-  for (const int signal : {SIGINT, SIGUSR1}) {
+TEST(Preemption, SigintSigusr1AndSighupStopTheSameWay) {
+  for (const int signal : {SIGINT, SIGUSR1, SIGHUP}) {
     const auto dir = testing::temp_dir("preemption_" + std::to_string(signal));
     const auto config = write_tiny_config(dir, 100000);
     EXPECT_EQ(train_and_signal(config, dir / "run", signal, 2), 128 + signal);
     EXPECT_TRUE(latest_checkpoint(dir / "run").has_value()) << signal;
     fs::remove_all(dir);
   }
+}
+
+// A closed terminal or ssh session: stdout and stderr are a pipe whose reader is gone when SIGHUP arrives. The
+// run's next lines would raise SIGPIPE and end it without a checkpoint; it must write one and exit with 129.
+TEST(Preemption, AHangUpWhoseTerminalIsGoneStillWritesTheCheckpoint) {
+  const auto dir = testing::temp_dir("preemption_hangup");
+  const auto config = write_tiny_config(dir, 100000);
+  const auto run_dir = dir / "run";
+  int output[2];
+  ASSERT_EQ(::pipe(output), 0);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(output[0]);
+    ::dup2(output[1], STDOUT_FILENO);
+    ::dup2(output[1], STDERR_FILENO);
+    ::execl(testing::cli_binary().c_str(), "inkstone", "train", config.c_str(), "--run-dir", run_dir.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(output[1]);
+  // Drain the pipe until two steps are logged, as the terminal would, then hang up: reader gone, then the signal.
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  ::fcntl(output[0], F_SETFL, O_NONBLOCK);
+  char buffer[4096];
+  int64_t lines = 0;
+  while (lines < 2 && std::chrono::steady_clock::now() < deadline) {
+    while (::read(output[0], buffer, sizeof buffer) > 0) {
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    lines = 0;
+    for (std::string line; std::getline(metrics, line);) ++lines;
+  }
+  ::close(output[0]);
+  ::kill(pid, SIGHUP);
+  EXPECT_EQ(wait_for_exit(pid), 128 + SIGHUP);
+  EXPECT_TRUE(latest_checkpoint(run_dir).has_value());
+  fs::remove_all(dir);
 }
 
 }  // namespace
