@@ -6,6 +6,7 @@
 // Options left out take the run's [sample] values.
 #include <fstream>
 #include <numeric>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -13,6 +14,7 @@
 #include "checkpoint/module_weights.h"
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/progress.h"
 #include "dataset/prompt_format.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_canvas.h"
@@ -147,6 +149,8 @@ int sample_blocks_run(const SampleOptions& o, TrainedModel& trained, const Diffu
   const std::vector<std::string> prompts = read_prompts(o, trained.config.sample);
   int64_t blocks = 0, calls = 0;
   double seconds = 0;
+  std::optional<ProgressBar> progress;
+  if (prompts.size() > 1) progress.emplace("sample", static_cast<int64_t>(prompts.size()), ProgressBar::Unit::items, stderr);
   for (size_t p = 0; p < prompts.size(); ++p) {
     const auto done = sample_in_blocks(trained.model, process, tokenizer.encode(prompts[p]), copies, options,
                                        trained.device);
@@ -159,12 +163,28 @@ int sample_blocks_run(const SampleOptions& o, TrainedModel& trained, const Diffu
                    tokenizer.decode(generated, o.keep_special), generated,
                    {{"prompt_index", p}, {"unigram_entropy", unigram_entropy(generated)}, {"blocks", done.blocks}});
     }
+    if (progress) progress->update(static_cast<int64_t>(p + 1), "prompts");
   }
+  if (progress) progress->finish(static_cast<int64_t>(prompts.size()), "prompts");
   fmt::print(stderr, "{} prompts x {} samples, {} blocks of {} ({} steps each{}), {} model calls in {:.2f} s, "
                      "checkpoint step {}\n",
              prompts.size(), copies, blocks, options.block_size, options.per_block.steps,
              options.use_cache ? ", KV cache" : "", calls, seconds, trained.step);
   return 0;
+}
+
+// One denoised row: a prefix prompt is printed by print_sample and its text ends at the first end of text; an
+// infill shows the whole filled template.
+void print_diffusion_sample(const SampleOptions& o, int64_t index, const torch::Tensor& tokens,
+                            const torch::Tensor& fixed, const std::string& prompt, int64_t copies, int64_t steps,
+                            const DiffusionProcess& process, const Tokenizer& tokenizer) {
+  const bool infill = !o.infill.empty();
+  const std::vector<int32_t> generated = generated_until_end(tokens, fixed, process.end_id);
+  const auto all = tokens.to(torch::kInt).contiguous();
+  const std::vector<int32_t> every(all.data_ptr<int32_t>(), all.data_ptr<int32_t>() + all.numel());
+  const std::vector<int32_t>& shown = infill ? every : generated;
+  print_sample(o, static_cast<size_t>(index), infill ? "" : prompt, tokenizer.decode(shown, o.keep_special), shown,
+               {{"prompt_index", index / copies}, {"unigram_entropy", unigram_entropy(generated)}, {"steps", steps}});
 }
 
 int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
@@ -209,9 +229,12 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   };
   // Sequences run in batches of batch_size rows; each keeps its own random stream (options.first_sequence), so
   // its sample does not depend on the batch it falls in (with the fused step), and memory is that of one batch.
+  // Each batch is printed as it finishes, so a long run shows its samples (and a killed one keeps them), with a
+  // progress line and its estimate on stderr.
   const int64_t rows = canvas.tokens.size(0);
+  std::optional<ProgressBar> progress;
+  if (rows > batch_size) progress.emplace("sample", rows, ProgressBar::Unit::items, stderr);
   DiffusionSampleResult result;
-  result.tokens = torch::empty_like(canvas.tokens);
   for (int64_t first = 0; first < rows; first += batch_size) {
     const int64_t count = std::min(batch_size, rows - first);
     options.first_sequence = first;
@@ -225,27 +248,18 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     }
     const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
     const auto done = sample_diffusion(model_denoiser(trained.model, process), process, part, options, trained.device);
-    result.tokens.narrow(0, first, count).copy_(done.tokens);
     result.model_calls += done.model_calls;
     result.seconds += done.seconds;
+    for (int64_t i = 0; i < count; ++i) print_diffusion_sample(o, first + i, done.tokens[i], part.fixed[i],
+                                                              prompts[static_cast<size_t>((first + i) / copies)],
+                                                              copies, options.steps, process, tokenizer);
+    if (progress) progress->update(first + count, fmt::format("{:.2f} sequences/s", (first + count) / progress->elapsed_s()));
   }
-  for (int64_t r = 0; r < result.tokens.size(0); ++r) {
-    // A prefix prompt is printed by print_sample and its text ends at the first end of text; an infill shows the
-    // whole filled template.
-    const bool infill = !o.infill.empty();
-    const std::vector<int32_t> generated = generated_until_end(result.tokens[r], canvas.fixed[r], process.end_id);
-    const auto all = result.tokens[r].to(torch::kInt).contiguous();
-    const std::vector<int32_t> tokens(all.data_ptr<int32_t>(), all.data_ptr<int32_t>() + all.numel());
-    const std::string& prompt = prompts[static_cast<size_t>(r / copies)];
-    const std::vector<int32_t>& shown = infill ? tokens : generated;
-    print_sample(o, static_cast<size_t>(r), infill ? "" : prompt, tokenizer.decode(shown, o.keep_special), shown,
-                 {{"prompt_index", r / copies}, {"unigram_entropy", unigram_entropy(generated)},
-                  {"steps", options.steps}});
-  }
+  if (progress) progress->finish(rows);
   fmt::print(stderr, "{} sequences x {} positions, {} steps, {} model calls in {:.2f} s ({:.2f} sequences/s), "
                      "checkpoint step {}\n",
-             result.tokens.size(0), result.tokens.size(1), options.steps, result.model_calls, result.seconds,
-             result.tokens.size(0) / std::max(result.seconds, 1e-9), trained.step);
+             rows, canvas.tokens.size(1), options.steps, result.model_calls, result.seconds,
+             rows / std::max(result.seconds, 1e-9), trained.step);
   return 0;
 }
 

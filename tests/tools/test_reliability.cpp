@@ -319,6 +319,35 @@ TEST(Preemption, SigintSigusr1AndSighupStopTheSameWay) {
   }
 }
 
+// Many diffusion samples run in batches, each printed as it finishes, with a progress line and its estimate on
+// stderr; the samples are those of one big batch (each sequence draws from its own stream).
+TEST(BoundedSampling, ManyDiffusionSamplesArePrintedBatchByBatchWithProgress) {
+  const auto dir = testing::temp_dir("sampling_progress");
+  const auto config = write_tiny_config(dir, 2);
+  const auto trained = run_cli({"train", config.string(), "--run-dir", (dir / "run").string(), "--set",
+                                "objective.name=\"uniform_diffusion\""});
+  ASSERT_EQ(trained.exit_code, 0) << trained.output;
+  const auto sample = [&](const std::string& batch_size) {
+    return run_cli({"sample", "--run-dir", (dir / "run").string(), "--num", "7", "--max-new-tokens", "6",
+                    "--steps", "4", "--format", "jsonl", "--batch-size", batch_size});
+  };
+  const auto batched = sample("3"), whole = sample("64");
+  ASSERT_EQ(batched.exit_code, 0) << batched.output;
+  ASSERT_EQ(whole.exit_code, 0) << whole.output;
+  const auto sample_lines = [](const std::string& output) {
+    std::vector<std::string> lines;
+    std::istringstream in(output);
+    for (std::string line; std::getline(in, line);)
+      if (!line.empty() && line.front() == '{') lines.push_back(line);
+    return lines;
+  };
+  EXPECT_EQ(sample_lines(batched.output).size(), 7u) << batched.output;
+  EXPECT_EQ(sample_lines(batched.output), sample_lines(whole.output));
+  EXPECT_NE(batched.output.find("sample 100% 7/7"), std::string::npos) << batched.output;
+  EXPECT_EQ(whole.output.find("sample 100%"), std::string::npos) << whole.output;  // one batch: no progress line
+  fs::remove_all(dir);
+}
+
 // A closed terminal or ssh session: stdout and stderr are a pipe whose reader is gone when SIGHUP arrives. The
 // run's next lines would raise SIGPIPE and end it without a checkpoint; it must write one and exit with 129.
 TEST(Preemption, AHangUpWhoseTerminalIsGoneStillWritesTheCheckpoint) {
