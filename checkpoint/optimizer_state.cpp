@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "core/json_error.h"
 #include "core/torch_compat.h"
 
 namespace inkstone {
@@ -148,7 +149,7 @@ void set_adamw_hyperparameters(torch::optim::AdamW& optimizer, const nlohmann::j
       o.amsgrad(g.at("amsgrad").get<bool>());
     }
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: optimizer hyperparameters are malformed ({})", origin, e.what()));
+    throw InputError(fmt::format("{}: optimizer hyperparameters: {}", origin, describe_json_error(e)));
   }
 }
 

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "core/errors.h"
+#include "core/json_error.h"
 #include "dataset/tokenizer_json.h"
 
 namespace inkstone {
@@ -74,7 +75,7 @@ BpeTokenizer::BpeTokenizer(const json& document, const std::string& origin) {
     }
     index_added_tokens();
   } catch (const json::exception& e) {
-    throw InputError(fmt::format("{}: malformed tokenizer.json: {}", origin, e.what()));
+    throw InputError(fmt::format("{}: malformed tokenizer.json: {}", origin, describe_json_error(e)));
   } catch (const InputError& e) {
     throw InputError(fmt::format("{}: {}", origin, e.what()));
   }

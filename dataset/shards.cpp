@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/json_error.h"
 #include "core/input_file.h"
 
 // Shards hold little-endian ids and are read by memcpy; a big-endian host would need byte swaps everywhere.
@@ -170,7 +171,7 @@ Manifest manifest_from_json(const nlohmann::json& document, const std::string& o
       manifest.splits[name] = split_from_json(split, manifest.loss_mask, fmt::format("{} split '{}'", origin, name));
     return manifest;
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: incomplete manifest ({})", origin, e.what()));
+    throw InputError(fmt::format("{}: {}", origin, describe_json_error(e)));
   }
 }
 

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/json_error.h"
 #include "core/platform.h"
 #include "core/tensor_memory.h"
 #include "tools/commands.h"
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
     return action ? action() : 2;
   } catch (const InputError& e) {
     fmt::print(stderr, "error: {}\n", e.what());
+    return 2;
+  } catch (const nlohmann::json::exception& e) {
+    // Every JSON document comes from a file the user gave or a folder they pointed at: bad input.
+    fmt::print(stderr, "error: {}\n", describe_json_error(e));
     return 2;
   } catch (const std::bad_alloc&) {
     fmt::print(stderr, "error: out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs "

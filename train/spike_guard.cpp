@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/json_error.h"
 
 namespace inkstone {
 namespace {
@@ -57,7 +58,7 @@ void SpikeGuard::restore(const nlohmann::json& state, const std::string& origin)
     for (double v : losses) push(losses_, window_, v);
     for (double v : grad_norms) push(grad_norms_, window_, v);
   } catch (const nlohmann::json::exception& e) {
-    throw InputError(fmt::format("{}: spike_guard state is malformed ({})", origin, e.what()));
+    throw InputError(fmt::format("{}: spike_guard state: {}", origin, describe_json_error(e)));
   }
 }
 

@@ -55,7 +55,9 @@ void run_case(const std::string& label, std::vector<std::string> args, Expect ex
   ++outcome.exit_codes[result.exit_code];
   const std::string& out = result.output;
   EXPECT_NE(result.exit_code, 137) << label << ": did not end within " << kCaseSeconds << " s";
-  for (const char* dump : {"Exception raised from", "frame #", "terminate called", "Segmentation fault", "Aborted"})
+  // "[json.exception...": the JSON library's own text instead of the key and type in words (core/json_error.h).
+  for (const char* dump : {"Exception raised from", "frame #", "terminate called", "Segmentation fault", "Aborted",
+                           "[json.exception"})
     EXPECT_EQ(out.find(dump), std::string::npos) << label << ": " << dump << "\n" << out;
   if (expect == Expect::refusal) {
     EXPECT_EQ(result.exit_code, 2) << label << "\n" << out;
@@ -167,6 +169,30 @@ TEST_F(HostileInputs, MalformedCheckpointStateEndsCleanly) {
     }
   }
   print_tally("checkpoint state", outcome);
+}
+
+// A JSON value of the wrong type or a missing key is refused by file and key path, in words.
+TEST_F(HostileInputs, JsonRefusalsNameTheFileTheKeyAndTheType) {
+  const fs::path data = *dir_ / "data";
+  const nlohmann::json manifest = nlohmann::json::parse(read_all(data / "manifest.json"));
+  const auto refusal = [&](const nlohmann::json& edited) {
+    const auto folder = copy_of(data, "data");
+    write_all(folder / "manifest.json", edited.dump());
+    const auto result = testing::run_cli({"train", config_->string(), "--run-dir", (*dir_ / "cases" / "json_run").string(),
+                                          "--set", "data.path=" + folder.string(), "--set", "train.steps=1"});
+    fs::remove_all(*dir_ / "cases" / "json_run");
+    EXPECT_EQ(result.exit_code, 2) << result.output;
+    return result.output;
+  };
+  nlohmann::json wrong_type = manifest;
+  wrong_type["splits"]["train"]["shards"][0]["tokens"] = "many";
+  const auto typed = refusal(wrong_type);
+  EXPECT_NE(typed.find("manifest.json: key 'splits/train/shards/0/tokens' must be a number, not a string"),
+            std::string::npos) << typed;
+  nlohmann::json missing = manifest;
+  missing["validation"].erase("rule");
+  const auto absent = refusal(missing);
+  EXPECT_NE(absent.find("manifest.json: key 'validation/rule' is missing"), std::string::npos) << absent;
 }
 
 // The data folder: manifest fields changed one at a time, and shard bytes (checksummed) mutated.

@@ -1,0 +1,14 @@
+// The JSON library's exceptions in the user's words: which key, what was expected, what was found.
+//
+// The library is built with JSON_DIAGNOSTICS (CMakeLists.txt), so its type and key errors carry the JSON pointer
+// of the value at fault; this turns "[json.exception.type_error.302] (/splits/train/tokens) type must be number,
+// but is string" into "key 'splits/train/tokens' must be a number, not a string".
+#pragma once
+#include <nlohmann/json.hpp>
+#include <string>
+
+namespace inkstone {
+
+std::string describe_json_error(const nlohmann::json::exception& error);
+
+}  // namespace inkstone
