@@ -134,7 +134,7 @@ TEST(ShardManifest, MissingEmptyOrBrokenIsAnInputErrorNamingTheFile) {
   std::ofstream(manifest_path(dir)) << "{\"format\": ";
   EXPECT_EQ(input_error_of([&] { read_manifest(dir); }), path + ": not valid JSON");
   std::ofstream(manifest_path(dir)) << "{\"format\": \"inkstone-token-shards\", \"format_version\": 1}";
-  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }).rfind(path + ": incomplete manifest", 0), 0u);
+  EXPECT_EQ(input_error_of([&] { read_manifest(dir); }), path + ": key 'tokenizer' is missing");
 }
 
 TEST(ShardChecks, FlippedByteFailsTheChecksumNamingTheFile) {
