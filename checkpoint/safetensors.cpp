@@ -8,14 +8,12 @@
 #include <array>
 #include <cstdint>
 #include <fstream>
-#include <memory>
 #include <optional>
 #include <stdexcept>
 
 #include "core/atomic_file.h"
 #include "core/errors.h"
 #include "core/input_file.h"
-#include "core/mapped_file.h"
 
 // Tensor bytes go to and from memory unchanged, which is only the format's little-endian order on such hosts.
 static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "safetensors I/O assumes a little-endian host");
@@ -112,25 +110,12 @@ class Reader {
     return tensor;
   }
 
-  // The tensors are views of a copy-on-write mapping of the file, each holding the mapping alive: their bytes stay
-  // in the page cache (shared, and dropped under pressure) rather than in a second copy in the process, so loading
-  // a checkpoint into a model needs the model's memory, not twice it. A tensor whose offset is not aligned to its
-  // element size (possible in files written by other tools) is read into memory instead.
   SafetensorsFile read() {
     std::ifstream in = open();
     const Layout layout = read_layout(in);
-    const auto mapping = std::make_shared<MappedFile>(path_, "safetensors file", MappedFile::Access::copy_on_write);
-    const uint64_t data_end = layout.entries.empty() ? layout.data_start : layout.data_start + layout.entries.back().end;
-    if (static_cast<uint64_t>(mapping->size()) < data_end) fail("changed while it was read");
     SafetensorsFile result;
     result.metadata = layout.metadata;
-    for (const Entry& e : layout.entries) {
-      unsigned char* bytes = mapping->writable_data() + layout.data_start + e.begin;
-      const bool aligned = reinterpret_cast<uintptr_t>(bytes) % c10::elementSize(e.type) == 0;
-      result.tensors.emplace_back(
-          e.name, aligned ? torch::from_blob(bytes, e.shape, [mapping](void*) {}, torch::TensorOptions().dtype(e.type))
-                          : read_entry(in, e, layout.data_start));
-    }
+    for (const Entry& e : layout.entries) result.tensors.emplace_back(e.name, read_entry(in, e, layout.data_start));
     return result;
   }
 

@@ -41,8 +41,7 @@ uint64_t planned_bytes(const PlannedTensor& tensor);
 void write_safetensors_streamed(const std::filesystem::path& path, std::vector<PlannedTensor> tensors,
                                 const std::map<std::string, std::string>& metadata = {});
 
-// Reads and validates the whole file, its tensors views of a copy-on-write memory mapping of it (writes to them
-// stay private; the file may be replaced or deleted meanwhile, but not truncated in place); any defect (too short, header length past the end, invalid JSON, unknown
+// Reads and validates the whole file; any defect (too short, header length past the end, invalid JSON, unknown
 // dtype, offsets out of range, overlapping, leaving gaps or disagreeing with the shape, truncated data) is an
 // InputError of one line that starts with the file's path.
 SafetensorsFile read_safetensors(const std::filesystem::path& path);

@@ -1,6 +1,12 @@
 #include "dataset/shards.h"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -275,6 +281,33 @@ SplitInfo ShardWriter::finish() {
   return split_info_;
 }
 
+MappedFile::MappedFile(const std::filesystem::path& path) {
+  require_regular_file(path, "shard");
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw InputError(fmt::format("{}: cannot open ({})", path.string(), std::strerror(errno)));
+  struct stat info {};
+  if (::fstat(fd, &info) != 0 || info.st_size == 0) {
+    ::close(fd);
+    throw InputError(fmt::format("{}: empty file", path.string()));
+  }
+  void* mapped = ::mmap(nullptr, static_cast<size_t>(info.st_size), PROT_READ, MAP_PRIVATE, fd, 0);
+  ::close(fd);  // the mapping keeps the file open
+  if (mapped == MAP_FAILED) {
+    throw InputError(fmt::format("{}: cannot memory-map ({})", path.string(), std::strerror(errno)));
+  }
+  data_ = static_cast<const unsigned char*>(mapped);
+  size_ = info.st_size;
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(const_cast<unsigned char*>(data_), static_cast<size_t>(size_));
+}
+
+MappedFile::MappedFile(MappedFile&& other) noexcept : data_(other.data_), size_(other.size_) {
+  other.data_ = nullptr;
+  other.size_ = 0;
+}
+
 namespace {
 
 template <typename Word>
@@ -297,7 +330,7 @@ void copy_ids(const unsigned char* data, int64_t first, int64_t count, int32_t* 
 
 // A shard's loss mask: one byte per token, each 0 or 1 (checked with `verify`).
 MappedFile open_loss_mask(const std::filesystem::path& path, const ShardInfo& info, bool verify) {
-  MappedFile map(path, "loss mask");
+  MappedFile map(path);
   if (map.size() != info.tokens)
     throw InputError(fmt::format("{}: {} bytes but its shard holds {} tokens (one mask byte each)", path.string(),
                                  map.size(), info.tokens));
@@ -325,7 +358,7 @@ SplitTokens::SplitTokens(const std::filesystem::path& data_dir, const Manifest& 
   }
   for (const auto& info : found->second.shards) {
     const auto path = data_dir / info.file;
-    MappedFile map(path, "shard");
+    MappedFile map(path);
     if (map.size() != info.tokens * dtype_bytes(dtype_)) {
       throw InputError(fmt::format("{}: {} bytes but the manifest says {} tokens of {}", path.string(), map.size(),
                                    info.tokens, dtype_name(dtype_)));

@@ -21,7 +21,6 @@
 #include <xxhash.h>
 
 #include "core/atomic_file.h"
-#include "core/mapped_file.h"
 
 namespace inkstone {
 
@@ -125,6 +124,24 @@ class ShardWriter {
   std::vector<char> buffer_, mask_buffer_;
   ShardInfo shard_;
   SplitInfo split_info_;
+};
+
+// A read-only memory mapping of a whole file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::filesystem::path& path);
+  ~MappedFile();
+  MappedFile(MappedFile&& other) noexcept;
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  MappedFile& operator=(MappedFile&&) = delete;
+
+  const unsigned char* data() const { return data_; }
+  int64_t size() const { return size_; }
+
+ private:
+  const unsigned char* data_ = nullptr;
+  int64_t size_ = 0;
 };
 
 // The shards of one split, memory-mapped, read as one stream of token ids.

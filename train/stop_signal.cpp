@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 
 namespace inkstone {
@@ -25,7 +26,15 @@ void silence_lost_outputs() {
 }
 
 void on_stop_signal(int number) {
-  if (number == SIGHUP) silence_lost_outputs();
+  const int saved_errno = errno;  // the interrupted code may be about to read it
+  if (number == SIGHUP) {
+    silence_lost_outputs();
+    // A lost session often sends more than one hang-up (the shell forwards one, the kernel sends another to the
+    // foreground group): only the first counts, and none ends the run before its checkpoint.
+    if (received == 0) received = number;
+    errno = saved_errno;
+    return;
+  }
   if (received != 0) {
     // The second signal: the default action (terminate with this signal), now.
     std::signal(number, SIG_DFL);
@@ -33,6 +42,7 @@ void on_stop_signal(int number) {
     return;
   }
   received = number;
+  errno = saved_errno;
 }
 
 }  // namespace
@@ -42,7 +52,10 @@ void install_stop_signal_handlers() {
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // reads and writes in flight finish; the loop looks at the flag between steps
-  for (int number : {SIGTERM, SIGINT, SIGUSR1, SIGHUP}) sigaction(number, &action, nullptr);
+  for (int number : {SIGTERM, SIGINT, SIGUSR1}) sigaction(number, &action, nullptr);
+  // A run started under nohup (SIGHUP ignored) keeps running when its session ends, as the user asked.
+  struct sigaction hangup {};
+  if (sigaction(SIGHUP, nullptr, &hangup) == 0 && hangup.sa_handler != SIG_IGN) sigaction(SIGHUP, &action, nullptr);
 }
 
 int stop_signal_received() { return static_cast<int>(received); }

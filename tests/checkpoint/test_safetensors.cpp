@@ -83,46 +83,6 @@ TEST(Safetensors, EveryDtypeRoundTripsBitExactly) {
   }
 }
 
-// Whether `address` lies in a mapping of `file` (/proc/self/maps: "start-end perms offset dev inode path").
-bool mapped_from(const void* address, const fs::path& file) {
-  std::ifstream maps("/proc/self/maps");
-  const auto at = reinterpret_cast<uintptr_t>(address);
-  for (std::string line; std::getline(maps, line);) {
-    if (line.size() < file.string().size() || line.compare(line.size() - file.string().size(), std::string::npos, file.string()) != 0)
-      continue;
-    const uintptr_t start = std::stoull(line.substr(0, line.find('-')), nullptr, 16);
-    const uintptr_t end = std::stoull(line.substr(line.find('-') + 1), nullptr, 16);
-    if (at >= start && at < end) return true;
-  }
-  return false;
-}
-
-// Read tensors are views of a copy-on-write mapping: no second copy in the process, they outlive the file's
-// deletion and replacement, and a write to one stays in the process. A tensor at an offset its dtype cannot be
-// aligned to (files of other tools) is read into memory instead.
-TEST(Safetensors, ReadTensorsAreMappedCopyOnWriteAndOutliveTheFile) {
-  const fs::path dir = testing::temp_dir("st_mapped");
-  const fs::path file = dir / "w.safetensors";
-  // In name order: "a" (float64) at data offset 0, "b" (3 bytes) at 32, "c" (float32) at 35, which is unaligned.
-  write_safetensors(file, {{"a", torch::full({4}, 7.0)}, {"b", torch::tensor({1, 2, 3}, torch::kUInt8)},
-                           {"c", torch::tensor({1.5f, -2.0f})}});
-  const std::string bytes = read_bytes(file);
-  SafetensorsFile read = read_safetensors(file);
-  std::map<std::string, torch::Tensor> by_name(read.tensors.begin(), read.tensors.end());
-  EXPECT_TRUE(mapped_from(by_name.at("a").data_ptr(), file));
-  EXPECT_TRUE(mapped_from(by_name.at("b").data_ptr(), file));
-  EXPECT_FALSE(mapped_from(by_name.at("c").data_ptr(), file));
-  by_name.at("a").add_(1.0);  // in place, on the mapping
-  by_name.at("c").mul_(2.0);  // in place, on its own copy
-  EXPECT_EQ(read_bytes(file), bytes);  // the file never sees either write
-  fs::remove(file);
-  write_safetensors(file, {{"a", torch::zeros({1}, torch::kUInt8)}});  // another file under the same name
-  EXPECT_TRUE(torch::equal(by_name.at("a"), torch::full({4}, 8.0)));
-  EXPECT_TRUE(torch::equal(by_name.at("b"), torch::tensor({1, 2, 3}, torch::kUInt8)));
-  EXPECT_TRUE(torch::equal(by_name.at("c"), torch::tensor({3.0f, -4.0f})));
-  fs::remove_all(dir);
-}
-
 TEST(Safetensors, HeaderIsAlignedAndDataIsPackedInNameOrder) {
   const fs::path file = testing::temp_dir("st_layout") / "layout.safetensors";
   write_safetensors(file, {{"b", torch::ones({3}, torch::kInt16)}, {"a", torch::ones({1}, torch::kUInt8)},

@@ -381,7 +381,45 @@ TEST(Preemption, AHangUpWhoseTerminalIsGoneStillWritesTheCheckpoint) {
   }
   ::close(output[0]);
   ::kill(pid, SIGHUP);
+  ::kill(pid, SIGHUP);  // a lost session often hangs up twice: the second must not end the run before its checkpoint
   EXPECT_EQ(wait_for_exit(pid), 128 + SIGHUP);
+  EXPECT_TRUE(latest_checkpoint(run_dir).has_value());
+  fs::remove_all(dir);
+}
+
+// Under nohup (SIGHUP ignored when the run starts) a hang-up is the user's wish to keep running: the run goes on
+// and a later SIGTERM still stops it with a checkpoint.
+TEST(Preemption, AHangUpIsIgnoredUnderNohup) {
+  const auto dir = testing::temp_dir("preemption_nohup");
+  const auto config = write_tiny_config(dir, 100000);
+  const auto run_dir = dir / "run";
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::signal(SIGHUP, SIG_IGN);  // what nohup does before it runs the command
+    const std::string log = (dir / "train.log").string();
+    if (!::freopen(log.c_str(), "w", stdout) || !::freopen(log.c_str(), "a", stderr)) ::_exit(126);
+    ::execl(testing::cli_binary().c_str(), "inkstone", "train", config.c_str(), "--run-dir", run_dir.c_str(),
+            static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  const auto logged_steps = [&] {
+    std::ifstream metrics(run_dir / "metrics.jsonl");
+    int64_t lines = 0;
+    for (std::string line; std::getline(metrics, line);) ++lines;
+    return lines;
+  };
+  const auto wait_for_steps = [&](int64_t steps) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+    while (logged_steps() < steps && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  wait_for_steps(2);
+  ::kill(pid, SIGHUP);
+  const int64_t at_hangup = logged_steps();
+  wait_for_steps(at_hangup + 3);
+  EXPECT_GE(logged_steps(), at_hangup + 3) << "the run stopped at the hang-up";
+  ::kill(pid, SIGTERM);
+  EXPECT_EQ(wait_for_exit(pid), 128 + SIGTERM);
   EXPECT_TRUE(latest_checkpoint(run_dir).has_value());
   fs::remove_all(dir);
 }
