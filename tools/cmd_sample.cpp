@@ -234,7 +234,8 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   const int64_t rows = canvas.tokens.size(0);
   std::optional<ProgressBar> progress;
   if (rows > batch_size) progress.emplace("sample", rows, ProgressBar::Unit::items, stderr);
-  DiffusionSampleResult result;
+  int64_t model_calls = 0;
+  double seconds = 0;
   for (int64_t first = 0; first < rows; first += batch_size) {
     const int64_t count = std::min(batch_size, rows - first);
     options.first_sequence = first;
@@ -248,8 +249,8 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     }
     const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
     const auto done = sample_diffusion(model_denoiser(trained.model, process), process, part, options, trained.device);
-    result.model_calls += done.model_calls;
-    result.seconds += done.seconds;
+    model_calls += done.model_calls;
+    seconds += done.seconds;
     for (int64_t i = 0; i < count; ++i) print_diffusion_sample(o, first + i, done.tokens[i], part.fixed[i],
                                                               prompts[static_cast<size_t>((first + i) / copies)],
                                                               copies, options.steps, process, tokenizer);
@@ -258,8 +259,8 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   if (progress) progress->finish(rows);
   fmt::print(stderr, "{} sequences x {} positions, {} steps, {} model calls in {:.2f} s ({:.2f} sequences/s), "
                      "checkpoint step {}\n",
-             rows, canvas.tokens.size(1), options.steps, result.model_calls, result.seconds,
-             rows / std::max(result.seconds, 1e-9), trained.step);
+             rows, canvas.tokens.size(1), options.steps, model_calls, seconds, rows / std::max(seconds, 1e-9),
+             trained.step);
   return 0;
 }
 

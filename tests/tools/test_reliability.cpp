@@ -8,6 +8,7 @@
 
 #include <chrono>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <numeric>
 #include <sstream>
@@ -270,6 +271,23 @@ int wait_for_exit(pid_t pid) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
+// The metrics lines a run has logged so far.
+int64_t logged_lines(const fs::path& run_dir) {
+  std::ifstream metrics(run_dir / "metrics.jsonl");
+  int64_t lines = 0;
+  for (std::string line; std::getline(metrics, line);) ++lines;
+  return lines;
+}
+
+// Waits (at most two minutes) until the run has logged `lines` metrics lines; `between` runs while it waits.
+void wait_for_lines(const fs::path& run_dir, int64_t lines, const std::function<void()>& between = [] {}) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (logged_lines(run_dir) < lines && std::chrono::steady_clock::now() < deadline) {
+    between();
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 // Starts `inkstone train` in the background, sends `signal` once the run has logged `after_steps` steps.
 int train_and_signal(const fs::path& config, const fs::path& run_dir, int signal, int64_t after_steps) {
   const pid_t pid = ::fork();
@@ -280,14 +298,7 @@ int train_and_signal(const fs::path& config, const fs::path& run_dir, int signal
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-  int64_t lines = 0;
-  while (lines < after_steps && std::chrono::steady_clock::now() < deadline) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::ifstream metrics(run_dir / "metrics.jsonl");
-    lines = 0;
-    for (std::string line; std::getline(metrics, line);) ++lines;
-  }
+  wait_for_lines(run_dir, after_steps);
   ::kill(pid, signal);
   return wait_for_exit(pid);
 }
@@ -367,18 +378,12 @@ TEST(Preemption, AHangUpWhoseTerminalIsGoneStillWritesTheCheckpoint) {
   }
   ::close(output[1]);
   // Drain the pipe until two steps are logged, as the terminal would, then hang up: reader gone, then the signal.
-  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
   ::fcntl(output[0], F_SETFL, O_NONBLOCK);
   char buffer[4096];
-  int64_t lines = 0;
-  while (lines < 2 && std::chrono::steady_clock::now() < deadline) {
+  wait_for_lines(run_dir, 2, [&] {
     while (::read(output[0], buffer, sizeof buffer) > 0) {
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    std::ifstream metrics(run_dir / "metrics.jsonl");
-    lines = 0;
-    for (std::string line; std::getline(metrics, line);) ++lines;
-  }
+  });
   ::close(output[0]);
   ::kill(pid, SIGHUP);
   ::kill(pid, SIGHUP);  // a lost session often hangs up twice: the second must not end the run before its checkpoint
@@ -402,22 +407,11 @@ TEST(Preemption, AHangUpIsIgnoredUnderNohup) {
             static_cast<char*>(nullptr));
     ::_exit(127);
   }
-  const auto logged_steps = [&] {
-    std::ifstream metrics(run_dir / "metrics.jsonl");
-    int64_t lines = 0;
-    for (std::string line; std::getline(metrics, line);) ++lines;
-    return lines;
-  };
-  const auto wait_for_steps = [&](int64_t steps) {
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
-    while (logged_steps() < steps && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  };
-  wait_for_steps(2);
+  wait_for_lines(run_dir, 2);
   ::kill(pid, SIGHUP);
-  const int64_t at_hangup = logged_steps();
-  wait_for_steps(at_hangup + 3);
-  EXPECT_GE(logged_steps(), at_hangup + 3) << "the run stopped at the hang-up";
+  const int64_t at_hangup = logged_lines(run_dir);
+  wait_for_lines(run_dir, at_hangup + 3);
+  EXPECT_GE(logged_lines(run_dir), at_hangup + 3) << "the run stopped at the hang-up";
   ::kill(pid, SIGTERM);
   EXPECT_EQ(wait_for_exit(pid), 128 + SIGTERM);
   EXPECT_TRUE(latest_checkpoint(run_dir).has_value());
