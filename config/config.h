@@ -25,6 +25,9 @@ enum class FloatFormat { fp32, bf16 };  // run.precision, run.param_dtype
 INKSTONE_CHOICE(FloatFormat, "fp32", "bf16");
 enum class ReferencePolicy { initial, old };  // rl.reference
 INKSTONE_CHOICE(ReferencePolicy, "initial", "old");
+// How an RL objective reads a diffusion policy's sequence log-likelihood (docs/rl.md, "Diffusion policies").
+enum class SequenceLikelihood { elbo, one_step };  // rl.likelihood
+INKSTONE_CHOICE(SequenceLikelihood, "elbo", "one_step");
 enum class ImportanceRatio { raw, geometric };  // gflowrl.is_ratio (docs/rl.md)
 INKSTONE_CHOICE(ImportanceRatio, "raw", "geometric");
 enum class LengthNorm { none, both, paper };  // gflowrl.norm (docs/rl.md, "Length normalisation")
@@ -214,6 +217,12 @@ struct RlConfig {
   double top_p;
   std::vector<std::string> stop;      // a completion ends after the first of these strings
   ReferencePolicy reference;          // initial: frozen copy of the initial policy | old: the rollout policy
+  // The policy's own objective (read from rl.init_checkpoint): ar decodes left to right, a diffusion objective
+  // denoises; it decides the rollouts and how log-probs are read.
+  std::string policy;
+  SequenceLikelihood likelihood;      // diffusion policies: the sequence log-likelihood estimate
+  int64_t elbo_samples;               // elbo: K noise levels per completion
+  double prompt_mask;                 // one_step: share of prompt tokens noised (d1)
   int64_t eval_prompts;
   int64_t eval_samples;               // k samples per held-out problem (pass@1 = mean, pass@k for powers of 2)
   double eval_temperature;

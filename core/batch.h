@@ -17,6 +17,9 @@ struct RolloutAnnotations {
   torch::Tensor rollout_log_probs;  // [B, W] float: as the sampler reported them
   torch::Tensor rewards;            // [B] float
   torch::Tensor groups;             // [B] int64: rows with the same id answer the same prompt
+  // [B] int64: what keys a likelihood estimate's random draws for each row (a diffusion policy's noise levels),
+  // so that the current, old and reference policies score a row under the same draws; undefined: no draws.
+  torch::Tensor noise_keys;
 };
 
 struct Batch {

@@ -103,11 +103,22 @@ torch::Tensor DiffusionObjective::corrupt(const torch::Tensor& x, const torch::T
   return torch::where(u < 1.0 - level.keep, replacement, x);
 }
 
-DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
-                                          const torch::Tensor& z) const {
+torch::Tensor DiffusionObjective::prior(const torch::Tensor& like, at::Generator* generator) const {
+  const NoiseLevelsAt at_one = noise_->levels_at(1.0);
+  const auto mask = torch::full_like(like, ids_.mask_id);
+  if (!noise_->spreads()) return mask;
+  const auto drawn = support_.sample_uniform(like, generator);
+  if (!noise_->masks()) return drawn;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(like.device());
+  const auto u = generator ? torch::rand(like.sizes(), *generator, options) : torch::rand(like.sizes(), options);
+  return torch::where(u < at_one.mask / (at_one.mask + at_one.uniform), mask, drawn);
+}
+
+torch::Tensor DiffusionObjective::denoiser_hidden(LanguageModelImpl& model, const Batch& batch,
+                                                 const torch::Tensor& t, const torch::Tensor& z) const {
   // Packed windows are always full; a padding mask there would only cost attention its fused kernel.
   const torch::Tensor key_padding = padded_windows_ ? batch.real : torch::Tensor();
-  const NoiseLevels level = noise_->levels(t), rate = noise_->rates(t);
+  const NoiseLevels level = noise_->levels(t);
   torch::Tensor hidden;
   if (diffusion_.block_size > 0) {
     // Block diffusion (docs/diffusion.md, "Block diffusion"): the model reads [x_0 | x_t], both halves at positions
@@ -136,7 +147,13 @@ DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch&
     }
     hidden = model.hidden_states(z, window);
   }
-  if (diffusion_.shifted_outputs) hidden = outputs_shifted_right(hidden, batch.documents);
+  return diffusion_.shifted_outputs ? outputs_shifted_right(hidden, batch.documents) : hidden;
+}
+
+DiffusionScores DiffusionObjective::score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
+                                          const torch::Tensor& z) const {
+  const auto hidden = denoiser_hidden(model, batch, t, z);
+  const NoiseLevels level = noise_->levels(t), rate = noise_->rates(t);
   // Per-token inputs of the terms, flattened to the rows the chunks take.
   const auto per_row = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
   const auto scored = scored_tokens(batch);

@@ -72,12 +72,22 @@ class DiffusionObjective : public Objective {
   // replaced where u < 1 − α_t, by the mask where u < μ_t and by a uniform draw from the support otherwise. Drawn
   // on x's device from `generator` (nullptr: the default one); the uniform draws only where the noise spreads.
   torch::Tensor corrupt(const torch::Tensor& x, const torch::Tensor& t, at::Generator* generator) const;
+  // Draws from the prior, shaped like `like`: the noise's own mix at t = 1 with the signal left there set aside,
+  // the mask with probability μ_1 / (μ_1 + υ_1), else a uniform draw from the support (docs/diffusion.md, "Prior").
+  torch::Tensor prior(const torch::Tensor& like, at::Generator* generator) const;
   // The model's scores of noisy tokens z at times t ([B, 1] or [B, L], float32 on the batch's device).
   DiffusionScores score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
                         const torch::Tensor& z) const;
 
+  // The head's input for noisy tokens z at times t: the bidirectional forward (block-causal over [x_0 | z] for
+  // block diffusion, annealed while diffusion.attention_anneal_steps last), read as the model was trained
+  // (shifted with diffusion.shifted_outputs). [B, L, d].
+  torch::Tensor denoiser_hidden(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
+                                const torch::Tensor& z) const;
+
   const NoiseSchedule& schedule() const { return noise_->schedule(); }
   const NoiseSupport& support() const { return support_; }
+  const NoiseIds& ids() const { return ids_; }
 
  private:
   // InputError naming the first real clean token outside the support, whose NELBO would be infinite.

@@ -8,7 +8,6 @@
 #include <torch/nn/modules/normalization.h>
 
 #include "objectives/group_stats.h"
-#include "objectives/policy_log_probs.h"
 
 namespace inkstone {
 
@@ -28,15 +27,13 @@ LogZHeadImpl::LogZHeadImpl(int64_t width, double dropout) {
 
 torch::Tensor LogZHeadImpl::forward(const torch::Tensor& pooled) { return layers_->forward(pooled).squeeze(-1); }
 
-FlowrlObjective::FlowrlObjective(const Config& config)
+FlowrlObjective::FlowrlObjective(const Config& config, const Tokenizer& tokenizer)
     : config_(config.flowrl),
-      temperature_(config.rl.temperature),
-      logit_chunk_mib_(config.objective.logit_chunk_mib),
       head_(config.model.d_model, config.flowrl.head_dropout),
-      next_token_(config) {}
+      policy_(make_policy_likelihood(config, tokenizer)) {}
 
 ObjectiveNeeds FlowrlObjective::needs() const {
-  return policy_rollout_needs();
+  return policy_->needs();
 }
 
 torch::Tensor FlowrlObjective::log_z(const torch::Tensor& hidden, const Batch& batch) {
@@ -60,7 +57,7 @@ LossOutput FlowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
     shaped = (rewards - groups.mean(rewards)) / (groups.std(rewards) + 1e-6);
   }
 
-  const auto policy = policy_log_probs(model, batch, temperature_, logit_chunk_mib_, /*with_entropy=*/false, /*with_hidden=*/true);
+  const auto policy = policy_->log_probs(model, batch, /*with_entropy=*/false, /*with_hidden=*/true);
   const auto theta_seq = policy.log_probs.sum(1);
   const auto z = log_z(policy.hidden, batch);
   const auto delta = z + theta_seq / lengths - config_.beta * shaped - ref_seq / lengths;
@@ -79,7 +76,7 @@ LossOutput FlowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
 }
 
 ValidationSums FlowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
-  return next_token_.evaluate(model, source);
+  return policy_->evaluate(model, source);
 }
 
 }  // namespace inkstone

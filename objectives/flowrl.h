@@ -4,8 +4,8 @@
 #pragma once
 #include <torch/nn/modules/container/sequential.h>
 
-#include "objectives/ar.h"
 #include "objectives/objective.h"
+#include "objectives/policy_likelihood.h"
 
 namespace inkstone {
 
@@ -23,7 +23,7 @@ TORCH_MODULE(LogZHead);
 
 class FlowrlObjective : public Objective {
  public:
-  explicit FlowrlObjective(const Config& config);
+  FlowrlObjective(const Config& config, const Tokenizer& tokenizer);
   std::string name() const override { return "flowrl"; }
   ObjectiveNeeds needs() const override;
   // Units are rollouts: L = mean_i w_i δ_i².
@@ -37,10 +37,8 @@ class FlowrlObjective : public Objective {
 
  private:
   FlowrlConfig config_;
-  double temperature_;
-  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   LogZHead head_;
-  AutoregressiveObjective next_token_;
+  std::unique_ptr<PolicyLikelihood> policy_;  // rl.policy read as rl.likelihood says
 };
 
 }  // namespace inkstone

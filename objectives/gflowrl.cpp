@@ -5,7 +5,6 @@
 #include <fmt/format.h>
 
 #include "objectives/group_stats.h"
-#include "objectives/policy_log_probs.h"
 
 namespace inkstone {
 
@@ -31,9 +30,8 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch) {
   return f;
 }
 
-GflowrlObjective::GflowrlObjective(const Config& config)
-    : config_(config.gflowrl), temperature_(config.rl.temperature),
-      logit_chunk_mib_(config.objective.logit_chunk_mib), next_token_(config) {
+GflowrlObjective::GflowrlObjective(const Config& config, const Tokenizer& tokenizer)
+    : config_(config.gflowrl), policy_(make_policy_likelihood(config, tokenizer)) {
   // The asymmetric clip: correct answers are under-sampled early, so raising them should be allowed the larger step.
   if (config_.push_up < config_.push_down)
     fmt::print(stderr, "warning: gflowrl.push_up = {} < gflowrl.push_down = {}: good samples get the smaller step\n",
@@ -41,13 +39,13 @@ GflowrlObjective::GflowrlObjective(const Config& config)
 }
 
 ObjectiveNeeds GflowrlObjective::needs() const {
-  return policy_rollout_needs();
+  return policy_->needs();
 }
 
 // docs/rl.md, "One update", per mini-batch: L = Σ_kept w_i (g̃_i + n_ρ(ρ_i))² / G_kept.
 LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) {
   const FlowGaps f = flow_gaps(config_, batch);
-  const auto theta_seq = policy_log_probs(model, batch, temperature_, logit_chunk_mib_).log_probs.sum(1);
+  const auto theta_seq = policy_->log_probs(model, batch).log_probs.sum(1);
   const auto rho = theta_seq - f.old_seq;
   const auto delta = f.clipped + (config_.norm == LengthNorm::none ? rho : rho / f.lengths);
 
@@ -91,7 +89,7 @@ LossOutput GflowrlObjective::loss(LanguageModelImpl& model, const Batch& batch) 
 }
 
 ValidationSums GflowrlObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
-  return next_token_.evaluate(model, source);
+  return policy_->evaluate(model, source);
 }
 
 std::map<std::string, double> GflowrlObjective::rollout_metrics(const Batch& batch) const {

@@ -1,8 +1,8 @@
 // GFlowRL (docs/rl.md, "GFlowRL"): trajectory balance toward π_ref·exp(β r) with a stop-gradient group log Z,
 // asymmetric flow-gap clipping, a capped IS weight and degenerate-group filtering.
 #pragma once
-#include "objectives/ar.h"
 #include "objectives/objective.h"
+#include "objectives/policy_likelihood.h"
 
 namespace inkstone {
 
@@ -21,7 +21,7 @@ FlowGaps flow_gaps(const GflowrlConfig& config, const Batch& batch);
 
 class GflowrlObjective : public Objective {
  public:
-  explicit GflowrlObjective(const Config& config);
+  GflowrlObjective(const Config& config, const Tokenizer& tokenizer);
   std::string name() const override { return "gflowrl"; }
   ObjectiveNeeds needs() const override;
   // Units are the kept rollouts, so the denominator is G_kept (docs/rl.md, "Degenerate groups").
@@ -32,9 +32,7 @@ class GflowrlObjective : public Objective {
 
  private:
   GflowrlConfig config_;
-  double temperature_;
-  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
-  AutoregressiveObjective next_token_;
+  std::unique_ptr<PolicyLikelihood> policy_;  // rl.policy read as rl.likelihood says
 };
 
 }  // namespace inkstone

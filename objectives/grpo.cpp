@@ -1,18 +1,15 @@
 #include "objectives/grpo.h"
 
 #include "objectives/group_stats.h"
-#include "objectives/policy_log_probs.h"
 
 namespace inkstone {
-GrpoObjective::GrpoObjective(const Config& config)
+GrpoObjective::GrpoObjective(const Config& config, const Tokenizer& tokenizer)
     : config_(config.grpo),
-      temperature_(config.rl.temperature),
-      logit_chunk_mib_(config.objective.logit_chunk_mib),
       max_new_tokens_(config.rl.max_new_tokens),
-      next_token_(config) {}
+      policy_(make_policy_likelihood(config, tokenizer)) {}
 
 ObjectiveNeeds GrpoObjective::needs() const {
-  return policy_rollout_needs();
+  return policy_->needs();
 }
 
 LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
@@ -30,7 +27,7 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
     advantage = advantage.unsqueeze(1);
   }
 
-  const auto theta = policy_log_probs(model, batch, temperature_, logit_chunk_mib_).log_probs;
+  const auto theta = policy_->log_probs(model, batch).log_probs;
   // The log-ratio is clamped to ±20 as verl does, so one wild token cannot overflow exp.
   const auto ratio = (theta - rollout.old_log_probs).clamp(-20.0, 20.0).exp();
   const auto clipped_ratio = ratio.clamp(1.0 - config_.eps_low, 1.0 + config_.eps_high);
@@ -76,7 +73,7 @@ LossOutput GrpoObjective::loss(LanguageModelImpl& model, const Batch& batch) {
 }
 
 ValidationSums GrpoObjective::evaluate(LanguageModelImpl& model, const EvalSource& source) {
-  return next_token_.evaluate(model, source);
+  return policy_->evaluate(model, source);
 }
 
 }  // namespace inkstone

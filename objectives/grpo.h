@@ -1,14 +1,14 @@
 // GRPO / DAPO as in common trainers (docs/rl.md, "GRPO"): group-normalised advantages, a PPO surrogate with
 // separate low and high ratio clips, an optional k3 KL to the reference, and the trainers' loss aggregation modes.
 #pragma once
-#include "objectives/ar.h"
 #include "objectives/objective.h"
+#include "objectives/policy_likelihood.h"
 
 namespace inkstone {
 
 class GrpoObjective : public Objective {
  public:
-  explicit GrpoObjective(const Config& config);
+  GrpoObjective(const Config& config, const Tokenizer& tokenizer);
   std::string name() const override { return "grpo"; }
   ObjectiveNeeds needs() const override;
   // Units: policy tokens for token_mean, sequences otherwise (docs/rl.md, "Loss aggregation").
@@ -18,10 +18,8 @@ class GrpoObjective : public Objective {
 
  private:
   GrpoConfig config_;
-  double temperature_;
-  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   int64_t max_new_tokens_;  // Dr.GRPO's constant L_max
-  AutoregressiveObjective next_token_;
+  std::unique_ptr<PolicyLikelihood> policy_;  // rl.policy read as rl.likelihood says
 };
 
 }  // namespace inkstone

@@ -69,6 +69,11 @@ std::unique_ptr<Objective> make_objective(const Config& config, const Tokenizer&
 // (objective.z_loss, data.inject_step, metrics.watch_text, diffusion.is_weight and diffusion.block_size outside
 // the objectives that read them), and block diffusion on token mixers that do not follow its attention rule.
 void check_objective_settings(const Config& config);
+// The objective that trained the model a run holds: config.objective.name's, or for an RL run (an objective that
+// consumes rollouts) the one named by rl.policy (`ar` when empty), which says how the model generates text and
+// scores windows. InputError for an rl.policy that names no such objective.
+std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer);
+std::string policy_objective_name(const Config& config);
 // What the objective registered as `name` trains on, without building it (InputError for an unknown name).
 BatchKind objective_batch_kind(const std::string& name);
 // How many float32 copies of one chunk's [rows, V] logits the objective registered as `name` holds at once while

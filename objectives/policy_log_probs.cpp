@@ -37,4 +37,23 @@ PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, do
   return result;
 }
 
+CausalPolicy::CausalPolicy(const Config& config)
+    : temperature_(config.rl.temperature), logit_chunk_mib_(config.objective.logit_chunk_mib), next_token_(config) {}
+
+ObjectiveNeeds CausalPolicy::needs() const {
+  ObjectiveNeeds needs;
+  needs.consumes = BatchKind::rollouts;
+  needs.mask = MaskMode::causal;
+  return needs;
+}
+
+PolicyLogProbs CausalPolicy::log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
+                                       bool with_hidden) const {
+  return policy_log_probs(model, batch, temperature_, logit_chunk_mib_, with_entropy, with_hidden);
+}
+
+ValidationSums CausalPolicy::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+  return next_token_.evaluate(model, source);
+}
+
 }  // namespace inkstone

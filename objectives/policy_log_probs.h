@@ -1,32 +1,35 @@
-// Per-token log-probabilities of a rollout batch's own tokens under a model: the ℓ terms of every RL objective
-// (docs/rl.md, "Policy log-probs") and the trainer's old and reference log-probs come from this one function.
+// Per-token log-probabilities of a rollout batch's own tokens under a policy that decodes left to right: the ℓ
+// terms of every RL objective on such a policy (docs/rl.md, "Policy log-probs").
 #pragma once
 #include <torch/types.h>
 
 #include "core/batch.h"
 #include "models/language_model.h"
-#include "objectives/objective.h"
+#include "objectives/ar.h"
+#include "objectives/policy_likelihood.h"
 
 namespace inkstone {
 
-struct PolicyLogProbs {
-  torch::Tensor log_probs;  // [B, W]: log softmax(logits / T) at tokens[t] given tokens[<t]; 0 off the policy mask
-  torch::Tensor entropy;    // [B, W]: entropy of that distribution on the policy mask, 0 elsewhere; if asked
-  torch::Tensor hidden;     // [B, W−1, d]: the head's input at positions 0..W−2; if asked
-};
-
-// Rows are right-padded, so the causal mask alone keeps padding out of every real position.
-// Sequence log-probs ℓ_i are their sums over the row. The head runs in row chunks of logit_chunk_mib MiB of
-// float32 logits (objectives/chunked_vocab.h): backward recomputes each chunk instead of keeping [B, W−1, V].
+// log_probs[t] = log softmax(logits / T) at tokens[t] given tokens[<t]; hidden is [B, W−1, d] at positions
+// 0..W−2. Rows are right-padded, so the causal mask alone keeps padding out of every real position.
+// The head runs in row chunks of logit_chunk_mib MiB of float32 logits (objectives/chunked_vocab.h): backward
+// recomputes each chunk instead of keeping [B, W−1, V].
 PolicyLogProbs policy_log_probs(LanguageModelImpl& model, const Batch& batch, double temperature,
                                 int64_t logit_chunk_mib, bool with_entropy = false, bool with_hidden = false);
 
-// What every RL objective asks for: rollouts of the policy, scored under the causal mask.
-inline ObjectiveNeeds policy_rollout_needs() {
-  ObjectiveNeeds needs;
-  needs.consumes = BatchKind::rollouts;
-  needs.mask = MaskMode::causal;
-  return needs;
-}
+// A causal policy: its exact token log-probs, and next-token loss on windows.
+class CausalPolicy : public PolicyLikelihood {
+ public:
+  explicit CausalPolicy(const Config& config);
+  ObjectiveNeeds needs() const override;
+  PolicyLogProbs log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
+                           bool with_hidden) const override;
+  ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) override;
+
+ private:
+  double temperature_;       // rl.temperature
+  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
+  AutoregressiveObjective next_token_;
+};
 
 }  // namespace inkstone

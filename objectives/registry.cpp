@@ -10,9 +10,11 @@
 #include "objectives/flowrl.h"
 #include "objectives/gflowrl.h"
 #include "objectives/diffusion_objective.h"
+#include "objectives/diffusion_policy.h"
 #include "objectives/grpo.h"
 #include "objectives/masked_noise.h"
 #include "objectives/mixture_noise.h"
+#include "objectives/policy_log_probs.h"
 #include "objectives/uniform_noise.h"
 
 namespace inkstone {
@@ -30,6 +32,9 @@ struct Registered {
   bool weighs_is_term;  // reads diffusion.is_weight, the weight of the IS term of noise that spreads
   bool mixes_noise;     // reads diffusion.mixture_uniform and diffusion.mixture_gamma
   std::function<std::unique_ptr<Objective>(const Config&, const Tokenizer&)> make;
+  // How an RL objective reads a policy this objective trained (objectives/policy_likelihood.h); null for the RL
+  // objectives themselves, which train policies of the others.
+  std::function<std::unique_ptr<PolicyLikelihood>(const Config&, const Tokenizer&)> make_policy;
 };
 
 // A diffusion objective over the noise process `Noise` (objectives/noise_process.h).
@@ -38,19 +43,36 @@ std::unique_ptr<Objective> diffusion_objective(const Config& c, const Tokenizer&
   return std::make_unique<DiffusionObjective>(c, t, std::make_shared<Noise>(c.diffusion));
 }
 
+// A policy trained by the diffusion objective over `Noise`, read as rl.likelihood says.
+template <typename Noise>
+std::unique_ptr<PolicyLikelihood> diffusion_policy(const Config& c, const Tokenizer& t) {
+  return std::make_unique<DiffusionPolicy>(c, t, std::make_shared<Noise>(c.diffusion));
+}
+
+std::unique_ptr<PolicyLikelihood> causal_policy(const Config& c, const Tokenizer&) {
+  return std::make_unique<CausalPolicy>(c);
+}
+
+// The RL objectives over any policy.
+template <typename Rl>
+std::unique_ptr<Objective> rl_objective(const Config& c, const Tokenizer& t) {
+  return std::make_unique<Rl>(c, t);
+}
+
 const std::map<std::string, Registered>& registry() {
   static const std::map<std::string, Registered> objectives = {
       {"ar", {BatchKind::windows, 5, false, false, false,
-              [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); }}},
-      {"uniform_diffusion", {BatchKind::windows, 9, true, true, false, diffusion_objective<UniformNoise>}},
-      {"masked_diffusion", {BatchKind::windows, 5, true, false, false, diffusion_objective<MaskedNoise>}},
-      {"mixture_diffusion", {BatchKind::windows, 9, true, true, true, diffusion_objective<MixtureNoise>}},
-      {"gflowrl", {BatchKind::rollouts, 5, false, false, false,
-                   [](const Config& c, const Tokenizer&) { return std::make_unique<GflowrlObjective>(c); }}},
-      {"grpo", {BatchKind::rollouts, 5, false, false, false,
-                [](const Config& c, const Tokenizer&) { return std::make_unique<GrpoObjective>(c); }}},
-      {"flowrl", {BatchKind::rollouts, 5, false, false, false,
-                  [](const Config& c, const Tokenizer&) { return std::make_unique<FlowrlObjective>(c); }}},
+              [](const Config& c, const Tokenizer&) { return std::make_unique<AutoregressiveObjective>(c); },
+              causal_policy}},
+      {"uniform_diffusion",
+       {BatchKind::windows, 9, true, true, false, diffusion_objective<UniformNoise>, diffusion_policy<UniformNoise>}},
+      {"masked_diffusion",
+       {BatchKind::windows, 5, true, false, false, diffusion_objective<MaskedNoise>, diffusion_policy<MaskedNoise>}},
+      {"mixture_diffusion",
+       {BatchKind::windows, 9, true, true, true, diffusion_objective<MixtureNoise>, diffusion_policy<MixtureNoise>}},
+      {"gflowrl", {BatchKind::rollouts, 5, false, false, false, rl_objective<GflowrlObjective>, nullptr}},
+      {"grpo", {BatchKind::rollouts, 5, false, false, false, rl_objective<GrpoObjective>, nullptr}},
+      {"flowrl", {BatchKind::rollouts, 5, false, false, false, rl_objective<FlowrlObjective>, nullptr}},
   };
   return objectives;
 }
@@ -72,6 +94,7 @@ std::string names_where(const std::function<bool(const Registered&)>& has) {
 }
 
 bool trains_on_windows(const Registered& entry) { return entry.consumes == BatchKind::windows; }
+bool trains_policies(const Registered& entry) { return entry.make_policy != nullptr; }
 
 // Block diffusion feeds [x_0 | x_t] under a block-causal attention rule: every token mixer must follow the rule (a
 // convolution over time would carry x_t into x_0), and a QK conv or hidden streams would mix slots outside it.
@@ -95,22 +118,27 @@ void check_objective_settings(const Config& c) {
     throw InputError(fmt::format("data.inject_step and metrics.watch_text apply to objectives that train on token "
                                  "windows ({}), not objective.name = '{}'",
                                  names_where(trains_on_windows), name));
-  if (c.diffusion.is_weight != 1.0 && !entry.weighs_is_term)
+  // The diffusion keys describe the model: an RL run's come with the policy it adopted (rl.policy).
+  const bool rl_run = !trains_on_windows(entry);
+  const char* key = rl_run ? "rl.policy" : "objective.name";
+  const std::string model_name = rl_run ? policy_objective_name(c) : name;
+  const Registered& model = registered(model_name);
+  if (c.diffusion.is_weight != 1.0 && !model.weighs_is_term)
     throw InputError(fmt::format("diffusion.is_weight = {} weights the IS term of noise that spreads ({}); "
-                                 "objective.name = '{}' has none",
+                                 "{} = '{}' has none",
                                  c.diffusion.is_weight, names_where([](const Registered& e) { return e.weighs_is_term; }),
-                                 name));
+                                 key, model_name));
   const DiffusionConfig unset = default_config().diffusion;
   if ((c.diffusion.mixture_uniform != unset.mixture_uniform || c.diffusion.mixture_gamma != unset.mixture_gamma) &&
-      !entry.mixes_noise)
+      !model.mixes_noise)
     throw InputError(fmt::format("diffusion.mixture_uniform and diffusion.mixture_gamma shape mixture noise ({}), not "
-                                 "objective.name = '{}'",
-                                 names_where([](const Registered& e) { return e.mixes_noise; }), name));
+                                 "{} = '{}'",
+                                 names_where([](const Registered& e) { return e.mixes_noise; }), key, model_name));
   if (const int64_t steps = c.diffusion.attention_anneal_steps; steps > 0) {
-    if (!entry.denoises)
+    if (!model.denoises)
       throw InputError(fmt::format("diffusion.attention_anneal_steps = {} opens a causal model's attention for a "
-                                   "diffusion objective ({}), not objective.name = '{}'",
-                                   steps, names_where([](const Registered& e) { return e.denoises; }), name));
+                                   "diffusion objective ({}), not {} = '{}'",
+                                   steps, names_where([](const Registered& e) { return e.denoises; }), key, model_name));
     // The annealed attention is an explicit [T, T] rule, which carries neither a time input, nor packed documents,
     // nor the block-causal rule of block diffusion.
     if (c.model.time_conditioning || c.data.document_mask || c.diffusion.block_size > 0)
@@ -119,22 +147,48 @@ void check_objective_settings(const Config& c) {
                                    steps));
   }
   if (c.diffusion.shifted_outputs) {
-    if (!entry.denoises)
+    if (!model.denoises)
       throw InputError(fmt::format("diffusion.shifted_outputs = true reads a diffusion model's outputs one position "
-                                   "on ({}), not objective.name = '{}'",
-                                   names_where([](const Registered& e) { return e.denoises; }), name));
+                                   "on ({}), not {} = '{}'",
+                                   names_where([](const Registered& e) { return e.denoises; }), key, model_name));
     // Block diffusion reads x_t's half of [x_0 | x_t], whose first position would read x_0's last.
     if (c.diffusion.block_size > 0)
       throw InputError("diffusion.shifted_outputs = true does not combine with diffusion.block_size");
   }
   if (c.diffusion.block_size > 0) {
-    if (!entry.denoises)
-      throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not objective.name "
-                                   "= '{}'",
+    if (!model.denoises)
+      throw InputError(fmt::format("diffusion.block_size = {} needs a diffusion objective ({}), not {} = '{}'",
                                    c.diffusion.block_size, names_where([](const Registered& e) { return e.denoises; }),
-                                   name));
+                                   key, model_name));
     check_block_diffusion_model(c.model, c.diffusion.block_size);
   }
+}
+
+std::string policy_objective_name(const Config& c) {
+  const std::string name = c.rl.policy.empty() ? "ar" : c.rl.policy;
+  const auto it = registry().find(name);
+  if (it == registry().end() || !trains_policies(it->second))
+    throw InputError(fmt::format("rl.policy = '{}' must name the objective that trained the policy ({})", name,
+                                 names_where(trains_policies)));
+  return name;
+}
+
+std::unique_ptr<PolicyLikelihood> make_policy_likelihood(const Config& config, const Tokenizer& tokenizer) {
+  const std::string name = policy_objective_name(config);
+  // Rollouts come from the whole-canvas sampler (rl/policy_rollouts.h); blocks are generated one at a time.
+  if (config.diffusion.block_size > 0)
+    throw InputError(fmt::format("rl.policy = '{}' with diffusion.block_size = {}: RL on block diffusion policies is "
+                                 "not supported; start from a model trained on whole windows",
+                                 name, config.diffusion.block_size));
+  return registered(name).make_policy(config, tokenizer);
+}
+
+std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer) {
+  if (trains_on_windows(registered(config.objective.name))) return make_objective(config, tokenizer);
+  Config policy = config;
+  policy.objective.name = policy_objective_name(config);
+  policy.diffusion.attention_anneal_steps = 0;
+  return make_objective(policy, tokenizer);
 }
 
 std::vector<std::string> registered_objective_names() {

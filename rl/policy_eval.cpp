@@ -14,7 +14,7 @@ double pass_at_k(int64_t n, int64_t c, int64_t k) {
   return 1.0 - all_fail;
 }
 
-std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokenizer& tokenizer,
+std::map<std::string, double> evaluate_policy(const PolicyRollouts& policy, const Tokenizer& tokenizer,
                                               const PromptSource& problems,
                                               const std::vector<WeightedReward>& rewards,
                                               const PolicyEvalOptions& options) {
@@ -33,7 +33,7 @@ std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokeni
       prompts.push_back(problems.get(p));
       ids.push_back(format.encode(prompts.back().text));
     }
-    const Rollouts rollouts = generate_rollouts(model, tokenizer, ids, rollout);
+    const Rollouts rollouts = policy.generate(ids, rollout, first);
     for (size_t p = 0; p < prompts.size(); ++p) {
       int64_t correct = 0;
       std::set<std::string> answers, completions;

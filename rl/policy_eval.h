@@ -10,7 +10,7 @@
 #include "dataset/tokenizer.h"
 #include "models/language_model.h"
 #include "rl/task.h"
-#include "sampler/rollout.h"
+#include "rl/policy_rollouts.h"
 
 namespace inkstone {
 
@@ -28,7 +28,9 @@ struct PolicyEvalOptions {
 
 // pass@1, pass@k for k = 2, 4, ... up to the sample count, mean distinct correct answers and distinct
 // completions per problem, the fraction of samples without a parsable answer.
-std::map<std::string, double> evaluate_policy(LanguageModel& model, const Tokenizer& tokenizer,
+// Problem p's samples are rollout group p, so a diffusion policy's draws (keyed by row) do not depend on how the
+// problems are batched or shared over ranks.
+std::map<std::string, double> evaluate_policy(const PolicyRollouts& policy, const Tokenizer& tokenizer,
                                               const PromptSource& problems,
                                               const std::vector<WeightedReward>& rewards,
                                               const PolicyEvalOptions& options);

@@ -14,9 +14,7 @@
 #include "core/errors.h"
 #include "dataset/prompt_format.h"
 #include "models/lora.h"
-#include "objectives/policy_log_probs.h"
 #include "rl/policy_eval.h"
-#include "sampler/rollout.h"
 #include "train/rank_metrics.h"
 
 namespace inkstone {
@@ -35,7 +33,7 @@ Batch select_groups(const Batch& batch, const torch::Tensor& group_order, int64_
   out.real = pick(batch.real);
   const auto& r = batch.rollout;
   out.rollout = {pick(r.policy),  pick(r.old_log_probs), pick(r.ref_log_probs), pick(r.rollout_log_probs),
-                 pick(r.rewards), pick(r.groups)};
+                 pick(r.rewards), pick(r.groups), pick(r.noise_keys)};
   return out;
 }
 
@@ -63,7 +61,6 @@ RolloutSource::RolloutSource(TrainingSession& session)
       eval_options_(policy_eval_options(session.config())),
       chat_(session.config().chat),
       seed_(static_cast<uint64_t>(session.config().run.seed)),
-      logit_chunk_mib_(session.config().objective.logit_chunk_mib),
       steps_(session.config().train.steps),
       cuda_graphs_(session.config().sample.cuda_graphs),
       rank_(session.distributed().rank()),
@@ -91,6 +88,8 @@ RolloutSource::RolloutSource(TrainingSession& session)
   train_problems_ = make_prompt_source(task_options(rl_, false));
   eval_problems_ = make_prompt_source(task_options(rl_, true));
   rewards_ = weighted_rewards(rl_);
+  rollouts_ = policy_rollouts(session.model(), session.config(), session.tokenizer());
+  likelihood_ = make_policy_likelihood(session.config(), session.tokenizer());
 }
 
 // The prompts of one step on this rank and their rollouts.
@@ -114,13 +113,13 @@ RolloutSource::Generated RolloutSource::generate(TrainingSession& session, int64
   options.sampling.temperature = rl_.temperature;
   options.sampling.top_p = rl_.top_p;
   const auto step_key = static_cast<uint64_t>(step);
-  const uint64_t rollout_hash = rank_ == 0 ? counter_hash({seed_, step_key})
-                                           : counter_hash({seed_, step_key, static_cast<uint64_t>(rank_)});
+  const uint64_t rollout_hash = rank_ == 0 || rollouts_.keyed_rows
+                                     ? counter_hash({seed_, step_key})
+                                     : counter_hash({seed_, step_key, static_cast<uint64_t>(rank_)});
   options.seed = static_cast<int64_t>(rollout_hash >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
-  out.rollouts = generate_rollouts(session.model(), session.tokenizer(), ids, options,
-                                   step * rl_.prompts_per_step + rank_ * rank_prompts());
+  out.rollouts = rollouts_.generate(ids, options, step * rl_.prompts_per_step + rank_ * rank_prompts());
   return out;
 }
 
@@ -143,21 +142,22 @@ RolloutSource::Scored RolloutSource::score(const Generated& generated) const {
 nlohmann::json RolloutSource::annotate_log_probs(TrainingSession& session, Batch& batch) {
   torch::NoGradGuard no_grad;
   nlohmann::json line;
-  const auto old = policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_, /*with_entropy=*/true);
+  const auto old = likelihood_->log_probs(*session.model(), batch, /*with_entropy=*/true);
   batch.rollout.old_log_probs = old.log_probs;
   const auto policy_tokens = batch.rollout.policy.sum().to(torch::kDouble);
   line["entropy"] = (old.entropy.sum() / policy_tokens).item<double>();
-  const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
-  line["rollout_drift_ratio_min"] = drift.min().item<double>();
-  line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
-  line["rollout_drift_ratio_max"] = drift.max().item<double>();
+  if (batch.rollout.rollout_log_probs.defined()) {  // a sampler that reports its log-probs (AR decoding)
+    const auto drift = (old.log_probs - batch.rollout.rollout_log_probs).sum(1).exp();
+    line["rollout_drift_ratio_min"] = drift.min().item<double>();
+    line["rollout_drift_ratio_mean"] = drift.mean().item<double>();
+    line["rollout_drift_ratio_max"] = drift.max().item<double>();
+  }
   if (reference_ || reference_is_base_) {
     if (reference_) {
-      batch.rollout.ref_log_probs = policy_log_probs(*reference_, batch, rl_.temperature, logit_chunk_mib_).log_probs;
+      batch.rollout.ref_log_probs = likelihood_->log_probs(*reference_, batch).log_probs;
     } else {
       const LoraOff base;
-      batch.rollout.ref_log_probs =
-          policy_log_probs(*session.model(), batch, rl_.temperature, logit_chunk_mib_).log_probs;
+      batch.rollout.ref_log_probs = likelihood_->log_probs(*session.model(), batch).log_probs;
     }
     const auto log_gap = (batch.rollout.ref_log_probs - old.log_probs).masked_select(batch.rollout.policy);
     line["kl_old_ref_k3"] = (log_gap.exp() - log_gap - 1.0).mean().item<double>();
@@ -278,7 +278,7 @@ EvalReport RolloutSource::evaluate(TrainingSession& session) {
   options.first_problem = rank_ * share;
   options.problems = share;
   const ResidentUnits whole_policy = session.model()->whole_parameters();  // see step()
-  nlohmann::json line(evaluate_policy(session.model(), session.tokenizer(), *eval_problems_, rewards_, options));
+  nlohmann::json line(evaluate_policy(rollouts_, session.tokenizer(), *eval_problems_, rewards_, options));
   reduce_line_over_ranks(line, session.distributed(), fmt::format("rl_eval_{}", session.step()), session.device(),
                          {"problems"});
   EvalReport report;

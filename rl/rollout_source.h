@@ -1,4 +1,4 @@
-// Steps from rollouts of the policy being trained, for objectives that consume them (GFlowRL, GRPO, FlowRL): per
+// Steps from rollouts of the policy being trained (decoded or denoised, rl/policy_rollouts.h), for objectives that consume them (GFlowRL, GRPO, FlowRL): per
 // step, G rollouts for each of a batch of prompts, rewards, the trainer's own old (and reference) log-probs, then
 // rl.epochs x rl.mini_batches optimizer updates; the metrics of docs/rl.md, "Metrics" per step, held-out pass@k
 // as the evaluation.
@@ -12,6 +12,8 @@
 #include <vector>
 
 #include "dataset/prompt_source.h"
+#include "objectives/policy_likelihood.h"
+#include "rl/policy_rollouts.h"
 #include "rl/rl_options.h"
 #include "train/session.h"
 
@@ -55,7 +57,6 @@ class RolloutSource : public StepSource {
   PolicyEvalOptions eval_options_;
   ChatConfig chat_;
   uint64_t seed_;
-  int64_t logit_chunk_mib_;  // objective.logit_chunk_mib
   int64_t steps_;
   bool cuda_graphs_;
   int64_t rank_;
@@ -65,6 +66,8 @@ class RolloutSource : public StepSource {
   std::unique_ptr<PromptSource> train_problems_;
   std::unique_ptr<PromptSource> eval_problems_;
   std::vector<WeightedReward> rewards_;
+  PolicyRollouts rollouts_;                       // how the policy generates (rl.policy)
+  std::unique_ptr<PolicyLikelihood> likelihood_;  // π_old's and the reference's log-probs, as the objective reads π_θ's
   int64_t optimizer_steps_ = 0;
 };
 

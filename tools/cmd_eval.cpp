@@ -124,8 +124,8 @@ int eval_task(const EvalOptions& o) {
   if (o.max_new_tokens) rl.max_new_tokens = *o.max_new_tokens;
   if (o.temperature) rl.eval_temperature = *o.temperature;
   const auto problems = make_prompt_source(task_options(rl, /*held_out=*/true));
-  const auto metrics = evaluate_policy(trained.model, *trained.tokenizer, *problems, weighted_rewards(rl),
-                                       policy_eval_options(config));
+  const auto metrics = evaluate_policy(policy_rollouts(trained.model, config, *trained.tokenizer), *trained.tokenizer,
+                                       *problems, weighted_rewards(rl), policy_eval_options(config));
   print_metrics(o, trained, fmt::format("task {} held-out", rl.task), metrics);
   return 0;
 }

@@ -76,7 +76,7 @@ int export_hf(const ExportOptions& o) {
   const std::string architecture = hf_architecture_for(config.model);
   const std::string dtype_name = resolve_dtype(o.dtype, checkpoint.state, config);
   const torch::ScalarType dtype = hf_dtype(dtype_name, o.source);
-  const bool causal = make_objective(config, *tokenizer)->needs().mask == MaskMode::causal;
+  const bool causal = make_policy_objective(config, *tokenizer)->needs().mask == MaskMode::causal;
 
   std::map<std::string, torch::Tensor> weights(checkpoint.model.begin(), checkpoint.model.end());
   merge_lora_adapters(weights, config.model);  // a LoRA run exports as its merged model

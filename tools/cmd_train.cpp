@@ -83,9 +83,10 @@ SampleTexts training_samples(TrainingSession& session) {
                                    "model.max_seq_len = {}",
                                    prompt, length, config.sample.max_new_tokens, config.model.max_seq_len));
   }
-  return [&session, prompts] {
-    return sample_texts(session.model(), session.objective(), session.config(), session.tokenizer(), prompts,
-                        session.device());
+  // An RL run samples its policy as the policy was trained (rl.policy): decoded or denoised.
+  std::shared_ptr<const Objective> policy = make_policy_objective(config, session.tokenizer());
+  return [&session, prompts, policy] {
+    return sample_texts(session.model(), *policy, session.config(), session.tokenizer(), prompts, session.device());
   };
 }
 

@@ -97,12 +97,17 @@ InitialCheckpoint adopt_initial_policy(Config& config) {
     throw InputError(fmt::format("objective '{}' post-trains a pretrained model: set rl.init_checkpoint",
                                  config.objective.name));
   InitialCheckpoint initial = read_description("rl.init_checkpoint", path);
-  const ObjectiveNeeds trained = make_objective(initial.config, *initial.tokenizer)->needs();
-  if (trained.mask != MaskMode::causal)
-    throw InputError(fmt::format("rl.init_checkpoint '{}' was trained by objective '{}', which attends both ways: "
-                                 "objective '{}' decodes its policy left to right; start from an autoregressive "
-                                 "checkpoint",
-                                 path, initial.config.objective.name, config.objective.name));
+  // The policy is the model as its objective trained it: decoded left to right, or denoised (rl.policy).
+  const Config& trained = initial.config;
+  const std::string trained_by = objective_batch_kind(trained.objective.name) == BatchKind::rollouts
+                                     ? policy_objective_name(trained)  // an RL run's own policy
+                                     : trained.objective.name;
+  if (!config.rl.policy.empty() && config.rl.policy != trained_by)
+    throw InputError(fmt::format("rl.policy = '{}' but rl.init_checkpoint '{}' was trained by objective '{}': leave "
+                                 "rl.policy unset, it is read from the checkpoint",
+                                 config.rl.policy, path, trained_by));
+  config.rl.policy = trained_by;
+  config.diffusion = initial.config.diffusion;  // the noise the policy was trained with is the one it denoises
   const ModelConfig run_model = config.model;
   config.model = initial.config.model;
   config.model.lora_rank = run_model.lora_rank;

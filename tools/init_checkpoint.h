@@ -39,10 +39,10 @@ InitialCheckpoint adopt_initial_checkpoint(Config& config, const std::set<std::s
                                            const Tokenizer& data_tokenizer);
 
 // Reads rl.init_checkpoint for an objective that trains on rollouts: the run adopts the checkpoint's architecture
-// and data settings (RL reads no corpus, but they are validated with the architecture) and its prompt format (an
-// imported chat model's chatml) unless the run's config sets [chat] itself; `config` is validated again. The
-// policy must generate left to right: a checkpoint trained by an objective that attends both ways (a diffusion
-// model) is an InputError naming it, never decoded as a causal model.
+// and data settings (RL reads no corpus, but they are validated with the architecture), its prompt format (an
+// imported chat model's chatml) unless the run's config sets [chat] itself, and the objective that trained it as
+// rl.policy with its [diffusion] settings, so that a diffusion model is denoised and scored as the diffusion model
+// it is (docs/rl.md, "Diffusion policies"), never decoded as a causal one. `config` is validated again.
 InitialCheckpoint adopt_initial_policy(Config& config);
 
 // Loads the checkpoint's weights into `model` (built from the adopted config): every weight must find its

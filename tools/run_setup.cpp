@@ -196,7 +196,8 @@ TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const 
   warn_if_reference_blas();
   trained.device = resolve_device(device.empty() ? trained.config.run.device : device);
   trained.tokenizer = tokenizer_from_json(checkpoint.tokenizer, checkpoint_or_run_dir + "/tokenizer.json");
-  trained.objective = make_objective(trained.config, *trained.tokenizer);
+  // An RL run's model is judged as the policy it is: decoded or denoised (rl.policy).
+  trained.objective = make_policy_objective(trained.config, *trained.tokenizer);
   trained.step = checkpoint.step;
   trained.model = build_language_model(trained.config.model, trained.tokenizer->vocab_size());
   load_module_weights(*trained.model, checkpoint.model, checkpoint_or_run_dir);

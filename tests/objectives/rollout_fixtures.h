@@ -7,11 +7,18 @@
 
 #include "config/config.h"
 #include "core/batch.h"
+#include "dataset/byte_tokenizer.h"
 #include "models/language_model.h"
 #include "objectives/policy_log_probs.h"
 #include "tests/fixtures.h"
 
 namespace inkstone::testing {
+
+// The tokenizer the RL objectives are built with (a causal policy reads none of it).
+inline const Tokenizer& policy_tokenizer() {
+  static const ByteTokenizer tokenizer;
+  return tokenizer;
+}
 
 inline ModelConfig tiny_policy_config() { return tiny_model_config(/*init_std=*/0.3); }
 

@@ -33,7 +33,7 @@ FlowrlCase flowrl_case() {
 TEST(Flowrl, LossIsTheCappedWeightedSquaredResidual) {
   FlowrlCase s = flowrl_case();
   torch::manual_seed(1);
-  FlowrlObjective objective(s.config);
+  FlowrlObjective objective(s.config, testing::policy_tokenizer());
   objective.trainable()->eval();  // no dropout: the head is a fixed function here
   const auto out = objective.loss(*s.model, s.batch);
 
@@ -54,7 +54,7 @@ TEST(Flowrl, LossIsTheCappedWeightedSquaredResidual) {
 
 TEST(Flowrl, GradientReachesTheLogZHeadAndTheBackbone) {
   FlowrlCase s = flowrl_case();
-  FlowrlObjective objective(s.config);
+  FlowrlObjective objective(s.config, testing::policy_tokenizer());
   objective.loss(*s.model, s.batch).loss_sum.backward();
   for (const auto& p : objective.trainable()->parameters()) {
     ASSERT_TRUE(p.grad().defined());

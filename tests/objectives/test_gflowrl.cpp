@@ -45,8 +45,8 @@ void expect_two_beta_grpo(const std::string& norm, const std::string& aggregatio
   Config c = gflowrl_config(norm);
   c.grpo.scale_rewards = RewardScale::none;
   apply_override(c, "grpo.aggregation=\"" + aggregation + "\"");
-  GflowrlObjective gflowrl(c);
-  GrpoObjective grpo(c);
+  GflowrlObjective gflowrl(c, testing::policy_tokenizer());
+  GrpoObjective grpo(c, testing::policy_tokenizer());
   const auto g_flow = flat_gradient(*model, mean_loss(gflowrl, *model, batch));
   const auto g_grpo = flat_gradient(*model, mean_loss(grpo, *model, batch));
   ASSERT_GT(g_grpo.norm().item<double>(), 1e-4);
@@ -69,7 +69,7 @@ TEST(Gflowrl, FirstStepIsReinforceOnTheKlRegularisedReturn) {
   batch.rollout.ref_log_probs =
       batch.rollout.old_log_probs + 0.3 * torch::randn_like(batch.rollout.old_log_probs) * batch.rollout.policy;
   const Config c = gflowrl_config("none");
-  GflowrlObjective gflowrl(c);
+  GflowrlObjective gflowrl(c, testing::policy_tokenizer());
   const auto g_flow = flat_gradient(*model, mean_loss(gflowrl, *model, batch));
 
   const auto theta = policy_log_probs(*model, batch, 1.0, /*logit_chunk_mib=*/256).log_probs.sum(1);
@@ -121,7 +121,7 @@ TEST(Gflowrl, ClipBoundsHoldAndSaturationCountsMatchBruteForce) {
     down += g >= 0.2;
   }
   ASSERT_GT(up + down, 0);
-  GflowrlObjective objective(c);
+  GflowrlObjective objective(c, testing::policy_tokenizer());
   const auto out = objective.loss(*model, batch);
   EXPECT_EQ(out.count.item<double>(), 24.0);
   EXPECT_EQ(out.metric_sums.at("saturated_push_up").item<double>(), static_cast<double>(up));
@@ -135,7 +135,7 @@ TEST(Gflowrl, ImportanceWeightsAreCappedConstants) {
   Batch batch = rollout_batch(*model, random_rows(2, 4, kGflowrlVocab, kRewards, 7));
   Config c = gflowrl_config("both");
   c.gflowrl.is_ratio = ImportanceRatio::raw;
-  GflowrlObjective objective(c);
+  GflowrlObjective objective(c, testing::policy_tokenizer());
   {
     const auto on_policy = objective.loss(*model, batch);
     EXPECT_NEAR(on_policy.metric_sums.at("is_weight").item<double>() / on_policy.count.item<double>(), 1.0, 1e-5);
@@ -170,14 +170,14 @@ TEST(Gflowrl, DegenerateGroupsAddNoLossAndLeaveTheDenominator) {
   const Batch all = with_drift(rollout_batch(*model, rows));
   const Batch kept = with_drift(rollout_batch(*model, std::vector<testing::RolloutRow>(rows.begin(), rows.begin() + 8)));
   Config c = gflowrl_config("none");
-  GflowrlObjective objective(c);
+  GflowrlObjective objective(c, testing::policy_tokenizer());
   const auto with_degenerate = objective.loss(*model, all);
   const auto without = objective.loss(*model, kept);
   EXPECT_EQ(with_degenerate.count.item<double>(), 8.0);
   EXPECT_NEAR(with_degenerate.loss_sum.item<double>(), without.loss_sum.item<double>(), 1e-5);
 
   c.gflowrl.filter_degenerate = false;
-  GflowrlObjective unfiltered(c);
+  GflowrlObjective unfiltered(c, testing::policy_tokenizer());
   const auto everything = unfiltered.loss(*model, all);
   EXPECT_EQ(everything.count.item<double>(), 12.0);
   EXPECT_GT(everything.loss_sum.item<double>(), with_degenerate.loss_sum.item<double>() + 1e-3);
@@ -202,9 +202,9 @@ TEST(Gflowrl, TargetDistributionIsAFixedPointOnlyWithoutMixedNormalisation) {
   batch.rollout.ref_log_probs = batch.rollout.old_log_probs.clone();
   batch.rollout.ref_log_probs.select(1, 2) += ref_seq - theta;
 
-  GflowrlObjective at_fixed_point(c);
+  GflowrlObjective at_fixed_point(c, testing::policy_tokenizer());
   EXPECT_NEAR(at_fixed_point.loss(*model, batch).loss_sum.item<double>(), 0.0, 1e-8);
-  GflowrlObjective paper(gflowrl_config("paper"));
+  GflowrlObjective paper(gflowrl_config("paper"), testing::policy_tokenizer());
   EXPECT_GT(paper.loss(*model, batch).loss_sum.item<double>(), 1e-3);
 }
 

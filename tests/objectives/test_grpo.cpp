@@ -54,14 +54,14 @@ TEST(Grpo, EveryAggregationModeMatchesTheHandComputedLoss) {
       {"dr_grpo", 0.4 / (2 * 4)},                         // Σ J / (G · L_max), L_max = 4
   };
   for (const auto& [mode, value] : expected) {
-    GrpoObjective objective(grpo_config(mode));
+    GrpoObjective objective(grpo_config(mode), testing::policy_tokenizer());
     EXPECT_NEAR(mean_loss(objective.loss(*e.model, e.batch)), value, 1e-5) << mode;
   }
 }
 
 TEST(Grpo, GroupStdScalingDividesTheAdvantage) {
   Example e = example();
-  GrpoObjective objective(grpo_config("token_mean", "group"));
+  GrpoObjective objective(grpo_config("token_mean", "group"), testing::policy_tokenizer());
   const double std_dev = std::sqrt(0.5);  // unbiased std of {1, 0}
   const double scale = 0.5 / (std_dev + 1e-4) / 0.5;
   EXPECT_NEAR(mean_loss(objective.loss(*e.model, e.batch)), 0.4 / 5 * scale, 1e-5);
@@ -69,12 +69,12 @@ TEST(Grpo, GroupStdScalingDividesTheAdvantage) {
 
 TEST(Grpo, ClipFractionsPerTokenAndPerSequence) {
   Example e = example();
-  GrpoObjective tokens(grpo_config("token_mean"));
+  GrpoObjective tokens(grpo_config("token_mean"), testing::policy_tokenizer());
   const auto t = tokens.loss(*e.model, e.batch);
   EXPECT_NEAR(t.metric_sums.at("clip_fraction_low").item<double>() / t.count.item<double>(), 1.0 / 5, 1e-6);
   EXPECT_NEAR(t.metric_sums.at("clip_fraction_high").item<double>() / t.count.item<double>(), 1.0 / 5, 1e-6);
   EXPECT_NEAR(t.metric_sums.at("clip_fraction").item<double>() / t.count.item<double>(), 2.0 / 5, 1e-6);
-  GrpoObjective sequences(grpo_config("seq_mean_token_mean"));
+  GrpoObjective sequences(grpo_config("seq_mean_token_mean"), testing::policy_tokenizer());
   const auto s = sequences.loss(*e.model, e.batch);
   EXPECT_NEAR(s.metric_sums.at("clip_fraction_low").item<double>() / s.count.item<double>(), (0 + 1.0 / 3) / 2, 1e-6);
   EXPECT_NEAR(s.metric_sums.at("clip_fraction_high").item<double>() / s.count.item<double>(), (0.5 + 0) / 2, 1e-6);
@@ -86,7 +86,7 @@ TEST(Grpo, K3KlToTheReferenceIsAddedPerToken) {
   e.batch.rollout.ref_log_probs = e.current_log_probs + 0.1 * e.batch.rollout.policy.to(torch::kFloat);
   Config c = grpo_config("token_mean");
   c.grpo.kl_coef = 0.5;
-  GrpoObjective objective(c);
+  GrpoObjective objective(c, testing::policy_tokenizer());
   const auto out = objective.loss(*e.model, e.batch);
   const double k3 = std::exp(0.1) - 0.1 - 1.0;
   EXPECT_NEAR(mean_loss(out), 0.4 / 5 + 0.5 * k3, 1e-5);

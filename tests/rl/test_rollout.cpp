@@ -2,7 +2,9 @@
 #include <gtest/gtest.h>
 
 #include "dataset/byte_tokenizer.h"
+#include "objectives/masked_noise.h"
 #include "objectives/policy_log_probs.h"
+#include "sampler/diffusion_rollout.h"
 #include "sampler/rollout.h"
 #include "tests/objectives/rollout_fixtures.h"
 
@@ -80,6 +82,47 @@ TEST(Rollout, StopStringsEndCompletionsAtTheirFirstAppearance) {
     EXPECT_FALSE(stopped.truncated[i]);
   }
   EXPECT_GE(cut, 1);
+}
+
+// Diffusion rollouts (sampler/diffusion_rollout.h): rows of one length whose every non-prompt position is the
+// policy's, text up to the first end id, and each row's draws keyed by its global sequence number: the prompts
+// denoised one call each give the completions of one call over all of them.
+TEST(DiffusionRollout, TheCanvasIsThePolicysAndRowsDoNotDependOnTheirBatch) {
+  ByteTokenizer tokenizer;
+  Config config = default_config();
+  config.model = testing::tiny_policy_config();
+  config.model.max_seq_len = 32;
+  auto model = testing::tiny_policy(tokenizer.vocab_size());
+  DiffusionProcess process;
+  process.noise = std::make_shared<MaskedNoise>(config.diffusion);
+  process.support = std::make_shared<NoiseSupport>(tokenizer, tokenizer.vocab_size(), false);
+  process.mask_id = tokenizer.specials().mask;
+  process.end_id = tokenizer.specials().eos;
+  DiffusionSampleOptions denoising;
+  denoising.steps = 4;
+  const RolloutOptions o = options(1.0);
+  const Rollouts all = generate_diffusion_rollouts(model, process, tokenizer, kPrompts, o, denoising, 10);
+  ASSERT_EQ(all.batch.tokens.sizes(), (std::vector<int64_t>{9, 4 + 10}));
+  EXPECT_TRUE(all.batch.real.all().item<bool>());
+  EXPECT_EQ(all.batch.rollout.groups[4].item<int64_t>(), 11);
+  for (int64_t r = 0; r < 9; ++r) {
+    const int64_t prompt = static_cast<int64_t>(kPrompts[static_cast<size_t>(r / 3)].size());
+    EXPECT_EQ(all.batch.rollout.policy[r].sum().item<int64_t>(), 14 - prompt);  // a shorter prompt, a longer canvas
+    EXPECT_FALSE(all.batch.rollout.policy[r].narrow(0, 0, prompt).any().item<bool>());
+    std::vector<int32_t> text;
+    for (int64_t i = prompt; i < 14; ++i) {
+      const auto id = static_cast<int32_t>(all.batch.tokens[r][i].item<int64_t>());
+      if (id == tokenizer.specials().eos) break;
+      text.push_back(id);
+    }
+    EXPECT_EQ(all.completions[static_cast<size_t>(r)], tokenizer.decode(text));
+    EXPECT_EQ(all.lengths[static_cast<size_t>(r)], static_cast<int64_t>(text.size()));
+  }
+  EXPECT_EQ(std::get<0>(torch::_unique(all.batch.rollout.noise_keys)).numel(), 9);
+  // The longest prompt alone, as group 10 again: the same canvas width, the same rows.
+  const Rollouts first = generate_diffusion_rollouts(model, process, tokenizer, {kPrompts[0]}, o, denoising, 10);
+  EXPECT_TRUE(torch::equal(first.batch.tokens, all.batch.tokens.narrow(0, 0, 3)));
+  EXPECT_TRUE(torch::equal(first.batch.rollout.noise_keys, all.batch.rollout.noise_keys.narrow(0, 0, 3)));
 }
 
 }  // namespace

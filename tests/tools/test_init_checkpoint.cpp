@@ -100,6 +100,7 @@ TEST_F(InitCheckpoint, ArCheckpointsStartMaskedAndUniformDiffusionRuns) {
   const auto sampled = run_cli({"sample", "--run-dir", (*dir_ / "mdlm").string(), "--prompt", "ab", "--max-new-tokens",
                                 "4", "--steps", "4"});
   EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_NE(sampled.output.find("positions, 2 steps"), std::string::npos) << sampled.output;  // denoised
   EXPECT_NE(masked.output.find("starting from " + base().string()), std::string::npos) << masked.output;
   EXPECT_NE(masked.output.find("attention: causal as trained (ar), bidirectional here (masked_diffusion)"),
             std::string::npos)
@@ -179,9 +180,11 @@ TEST_F(InitCheckpoint, AdoptionReadsNoWeights) {
   EXPECT_EQ(planned.exit_code, 0) << planned.output;
 }
 
-// An RL objective decodes its policy left to right: a diffusion checkpoint as rl.init_checkpoint is refused by
-// name before anything is built, not sampled as if it were causal.
-TEST_F(InitCheckpoint, ADiffusionCheckpointIsRefusedAsAnAutoregressivePolicy) {
+// A diffusion checkpoint as rl.init_checkpoint is routed to the diffusion policy (docs/rl.md, "Diffusion
+// policies"), never decoded as a causal model: the RL run records rl.policy and the checkpoint's noise, denoises its
+// rollouts (no sampler log-probs to compare), and `sample` on the RL run denoises too. A policy named against the
+// checkpoint is refused by name.
+TEST_F(InitCheckpoint, ADiffusionCheckpointIsRoutedToTheDiffusionPolicy) {
   const auto diffusion = (*dir_ / "mdlm-policy").string();
   const auto trained = run_cli({"train", tuned_config().string(), "--run-dir", diffusion, "--set",
                                 "objective.name=\"masked_diffusion\"", "--set", "train.steps=1"});
@@ -189,13 +192,36 @@ TEST_F(InitCheckpoint, ADiffusionCheckpointIsRefusedAsAnAutoregressivePolicy) {
   std::ofstream(*dir_ / "grpo.toml") << "[run]\nthreads = 1\ndevice = \"cpu\"\n"
                                      << "[objective]\nname = \"grpo\"\n"
                                      << "[rl]\ninit_checkpoint = \"" << diffusion << "\"\n"
+                                     << "prompts_per_step = 2\ngroup_size = 2\nmax_new_tokens = 8\n"
+                                     << "eval_prompts = 2\neval_samples = 2\n"
+                                     << "[sample]\nsteps = 4\n"
                                      << "[train]\nsteps = 1\n";
-  const auto rl = run_cli({"train", (*dir_ / "grpo.toml").string(), "--run-dir", (*dir_ / "grpo").string()});
-  EXPECT_EQ(rl.exit_code, 2) << rl.output;
-  EXPECT_NE(rl.output.find("rl.init_checkpoint '" + diffusion + "' was trained by objective 'masked_diffusion', "
-                           "which attends both ways"),
+  const auto rl_dir = *dir_ / "grpo";
+  const auto rl = run_cli({"train", (*dir_ / "grpo.toml").string(), "--run-dir", rl_dir.string()});
+  ASSERT_EQ(rl.exit_code, 0) << rl.output;
+  const Config recorded = load_config((rl_dir / "config.toml").string());
+  EXPECT_EQ(recorded.rl.policy, "masked_diffusion");
+  std::ifstream metrics(rl_dir / "metrics.jsonl");
+  int64_t train_lines = 0;
+  for (std::string line; std::getline(metrics, line);) {
+    const auto json = nlohmann::json::parse(line);
+    if (json.at("split") != "train") continue;
+    ++train_lines;
+    EXPECT_FALSE(json.contains("rollout_drift_ratio_mean")) << line;
+  }
+  EXPECT_EQ(train_lines, 1);
+  const auto sampled = run_cli({"sample", "--run-dir", rl_dir.string(), "--prompt", "1+1=", "--max-new-tokens", "4",
+                                "--steps", "2"});
+  EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_NE(sampled.output.find("positions, 2 steps"), std::string::npos) << sampled.output;  // denoised
+
+  const auto named = run_cli({"train", (*dir_ / "grpo.toml").string(), "--run-dir", (*dir_ / "named").string(),
+                              "--set", "rl.policy=\"ar\""});
+  EXPECT_EQ(named.exit_code, 2) << named.output;
+  EXPECT_NE(named.output.find("rl.policy = 'ar' but rl.init_checkpoint '" + diffusion +
+                              "' was trained by objective 'masked_diffusion'"),
             std::string::npos)
-      << rl.output;
+      << named.output;
 }
 
 // LoRA from a checkpoint: only the adapters move; sample reads the adapted model and `export hf` writes the merged
@@ -222,6 +248,7 @@ TEST_F(InitCheckpoint, LoraAdaptsAFrozenCheckpointAndExportsItMerged) {
 
   const auto sampled = run_cli({"sample", "--run-dir", run.string(), "--prompt", "the", "--max-new-tokens", "4"});
   EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
+  EXPECT_NE(sampled.output.find("positions, 2 steps"), std::string::npos) << sampled.output;  // denoised
   const auto exported = run_cli({"export", "hf", run.string(), "--out", (*dir_ / "lora-hf").string()});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   // The export holds the merged weights, W + (α / r) B A, and no adapter.

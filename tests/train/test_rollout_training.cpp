@@ -170,6 +170,60 @@ TEST(RolloutTraining, ResumeContinuesTheUninterruptedRun) {
   std::filesystem::remove_all(split_dir);
 }
 
+// A diffusion policy (docs/rl.md, "Diffusion policies"): rollouts denoised from the prompt, log-probs by the
+// chosen estimate, the objectives unchanged. With one update per rollout batch the trainer scores the rows it just
+// scored as π_old, under the same weights and the same keyed noise, so every importance ratio is exactly 1.
+void run_diffusion_policy(const std::string& objective, const std::string& policy, SequenceLikelihood likelihood,
+                          bool time_conditioning) {
+  Config config = toy_scale(default_config());
+  config.objective.name = objective;
+  config.rl.task = "arithmetic";
+  config.rl.policy = policy;
+  config.rl.likelihood = likelihood;
+  config.rl.elbo_samples = 2;
+  config.rl.epochs = 1;
+  config.rl.mini_batches = 1;
+  config.model.time_conditioning = time_conditioning;
+  config.model.tie_embeddings = !time_conditioning;  // adaLN-Zero starts the head at zero
+  config.sample.steps = 4;
+  auto tokenizer = std::make_shared<ByteTokenizer>();
+  const auto run_dir = testing::temp_dir("rl_diffusion_" + objective);
+  torch::manual_seed(5);
+  TrainingSession session(config, build_language_model(config.model, tokenizer->vocab_size()),
+                          make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
+  RolloutSource source(session);
+  std::vector<nlohmann::json> lines;
+  source.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
+  const TrainResult result = session.run(source);
+  ASSERT_EQ(lines.size(), 2u);
+  for (const auto& line : lines) {
+    for (const char* key : {"reward_mean", "accuracy", "entropy", "kl_old_ref_k3", "response_length_mean",
+                            "rollout_tokens_per_s", "loss", "grad_norm"}) {
+      ASSERT_TRUE(line.contains(key)) << key;
+      EXPECT_TRUE(std::isfinite(line[key].get<double>())) << key;
+    }
+    EXPECT_FALSE(line.contains("rollout_drift_ratio_mean"));  // the denoiser reports no log-probs of its own
+    if (line.contains("is_weight_min")) {
+      EXPECT_EQ(line["is_weight_min"].get<double>(), 1.0) << line.dump();
+      EXPECT_EQ(line["is_weight_max"].get<double>(), 1.0) << line.dump();
+    }
+    if (objective == "grpo") EXPECT_EQ(line["clip_fraction"].get<double>(), 0.0) << line.dump();
+  }
+  EXPECT_EQ(lines.front()["kl_old_ref_k3"].get<double>(), 0.0);  // the reference is the initial policy
+  EXPECT_TRUE(result.final_eval.count("pass@2"));
+  std::filesystem::remove_all(run_dir);
+}
+
+TEST(RolloutTraining, GflowrlTrainsAUniformDiffusionPolicyByItsElbo) {
+  run_diffusion_policy("gflowrl", "uniform_diffusion", SequenceLikelihood::elbo, /*time_conditioning=*/true);
+}
+TEST(RolloutTraining, GrpoTrainsAMaskedDiffusionPolicyByTheOneStepEstimate) {
+  run_diffusion_policy("grpo", "masked_diffusion", SequenceLikelihood::one_step, false);
+}
+TEST(RolloutTraining, FlowrlTrainsAMaskedDiffusionPolicyByItsElbo) {
+  run_diffusion_policy("flowrl", "masked_diffusion", SequenceLikelihood::elbo, false);
+}
+
 // configs/gflowrl-gsm8k.toml as shipped, shrunk to toy scale, on three GSM8K-format problems.
 TEST(RolloutTraining, Gsm8kConfigRunsAtToyScale) {
   const auto dir = testing::temp_dir("rl_gsm8k_problems");

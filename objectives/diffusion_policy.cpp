@@ -1,0 +1,127 @@
+#include "objectives/diffusion_policy.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "core/counter_hash.h"
+#include "objectives/chunked_vocab.h"
+
+namespace inkstone {
+
+Config DiffusionPolicy::policy_config(const Config& config) {
+  Config policy = config;
+  policy.objective.name = config.rl.policy;
+  policy.objective.z_loss = 0;
+  policy.diffusion.attention_anneal_steps = 0;  // an adapted policy attends both ways from now on
+  policy.data.mode = WindowMode::pack;          // denoised rollouts fill their rows: no padding to mask
+  return policy;
+}
+
+DiffusionPolicy::DiffusionPolicy(const Config& config, const Tokenizer& tokenizer,
+                                 std::shared_ptr<const NoiseProcess> noise)
+    : denoiser_(policy_config(config), tokenizer, std::move(noise)),
+      likelihood_(config.rl.likelihood),
+      elbo_samples_(config.rl.elbo_samples),
+      prompt_mask_(config.rl.prompt_mask),
+      t_min_(config.diffusion.t_min),
+      temperature_(config.rl.temperature),
+      logit_chunk_mib_(config.objective.logit_chunk_mib) {}
+
+ObjectiveNeeds DiffusionPolicy::needs() const {
+  ObjectiveNeeds needs = denoiser_.needs();
+  needs.consumes = BatchKind::rollouts;
+  return needs;
+}
+
+int64_t DiffusionPolicy::copies() const { return likelihood_ == SequenceLikelihood::elbo ? elbo_samples_ : 1; }
+
+DiffusionPolicy::Draws DiffusionPolicy::draw(const Batch& batch) const {
+  const auto& rollout = batch.rollout;
+  TORCH_CHECK(rollout.noise_keys.defined(), "a diffusion policy's rollouts carry noise keys");
+  const auto keys = rollout.noise_keys.cpu().contiguous();
+  const auto key_at = keys.accessor<int64_t, 1>();
+  const auto tokens = batch.tokens.cpu(), policy = rollout.policy.cpu(), real = batch.real.cpu();
+  const int64_t k = copies();
+  std::vector<torch::Tensor> times, noisy;
+  for (int64_t b = 0; b < tokens.size(0); ++b) {
+    auto generator = at::detail::createCPUGenerator(counter_hash({static_cast<uint64_t>(key_at[b])}));
+    const auto x = tokens[b].unsqueeze(0).expand({k, tokens.size(1)});
+    if (likelihood_ == SequenceLikelihood::elbo) {
+      const auto u = torch::rand({1}, generator, torch::kDouble);
+      const auto t = (t_min_ + (1.0 - t_min_) * (torch::arange(k, torch::kDouble) + u) / static_cast<double>(k))
+                         .to(torch::kFloat)
+                         .unsqueeze(1);
+      times.push_back(t);
+      noisy.push_back(torch::where(policy[b], denoiser_.corrupt(x, t, &generator), x));
+    } else {
+      // The sampler's first step: the completion drawn whole from the prior at t = 1.
+      const auto prompt = real[b] & ~policy[b];
+      const auto noised = policy[b] | (prompt & torch::rand({tokens.size(1)}, generator, torch::kDouble).lt(prompt_mask_));
+      times.push_back(torch::ones({1, 1}, torch::kFloat));
+      noisy.push_back(torch::where(noised, denoiser_.prior(x, &generator), x));
+    }
+  }
+  return {torch::cat(times), torch::cat(noisy)};
+}
+
+PolicyLogProbs DiffusionPolicy::log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
+                                          bool with_hidden) const {
+  const int64_t rows = batch.tokens.size(0), width = batch.tokens.size(1), k = copies();
+  const auto device = batch.tokens.device();
+  const Draws draws = draw(batch);
+  const auto t = draws.t.to(device), z = draws.z.to(device);
+  const auto& policy = batch.rollout.policy;
+  Batch noised;
+  noised.tokens = batch.tokens.repeat_interleave(k, 0);
+  noised.real = batch.real.repeat_interleave(k, 0);
+  noised.loss_mask = policy.repeat_interleave(k, 0);
+  const auto hidden = denoiser_.denoiser_hidden(model, noised, t, z);  // [B·K, W, d]
+
+  const bool elbo = likelihood_ == SequenceLikelihood::elbo;
+  const auto flat = [&](const torch::Tensor& v) { return v.expand(z.sizes()).reshape(-1); };
+  const auto x = flat(noised.tokens), noisy = flat(z), scored = flat(noised.loss_mask);
+  const NoiseLevels level = denoiser_.noise()->levels(t), rate = denoiser_.noise()->rates(t);
+  const NoiseLevels levels{flat(level.keep), flat(level.mask), flat(level.uniform)};
+  const NoiseLevels rates{flat(rate.keep), flat(rate.mask), flat(rate.uniform)};
+  const NoiseIds ids = denoiser_.ids();
+  const auto noise = denoiser_.noise();
+  const auto support = std::make_shared<NoiseSupport>(denoiser_.support());
+  const double temperature = temperature_;
+  // By value: backward calls it again after this function has returned.
+  const ChunkTermsFn terms = [=](const torch::Tensor& logits, int64_t begin) {
+    const int64_t n = logits.size(0);
+    const auto part = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
+    const auto log_x_hat = torch::log_softmax(support->restrict_logits(logits.to(torch::kFloat)) / temperature, -1);
+    const auto target = part(x);
+    torch::Tensor term;
+    if (elbo) {
+      const NoiseLevels at{part(levels.keep), part(levels.mask), part(levels.uniform)};
+      const NoiseLevels by{part(rates.keep), part(rates.mask), part(rates.uniform)};
+      term = -noise->token_terms(log_x_hat, target, part(noisy), at, by, ids).nelbo;
+    } else {
+      term = log_x_hat.gather(-1, target.unsqueeze(-1)).squeeze(-1);
+    }
+    std::vector<torch::Tensor> columns = {term.masked_fill(~part(scored), 0.0)};
+    if (with_entropy) {
+      // exp(−inf) · (−inf) off the support: those ids carry no mass.
+      const auto p = log_x_hat.exp();
+      columns.push_back(-(p * log_x_hat.masked_fill(p.eq(0), 0.0)).sum(-1).masked_fill(~part(scored), 0.0));
+    }
+    return torch::stack(columns, 1);
+  };
+  const auto head = model.head_weight();
+  const auto per_copy = chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
+                                            chunk_rows_for(head.size(0), logit_chunk_mib_, head.is_cuda()))
+                            .view({rows, k, width, -1})
+                            .mean(1);  // the K noise levels' mean
+  PolicyLogProbs out;
+  out.log_probs = per_copy.select(2, 0).masked_fill(~policy, 0.0);
+  if (with_entropy) out.entropy = per_copy.select(2, 1).masked_fill(~policy, 0.0);
+  if (with_hidden) out.hidden = hidden.view({rows, k, width, -1}).select(1, 0);
+  return out;
+}
+
+ValidationSums DiffusionPolicy::evaluate(LanguageModelImpl& model, const EvalSource& source) {
+  return denoiser_.evaluate(model, source);
+}
+
+}  // namespace inkstone
