@@ -149,7 +149,8 @@ TEST(DataParallelWorker, DISABLED_TrainAsOneRank) {
   std::ofstream losses(dir / fmt::format("losses_rank{}.txt", launch.rank));
   try {
     auto distributed = std::make_shared<Distributed>(launch, torch::kCPU, timeout_of(config.distributed));
-    if (config.objective.name == "gflowrl") return rl_as_one_rank(config, dir, distributed);
+    if (objective_batch_kind(config.objective.name) == BatchKind::rollouts)
+      return rl_as_one_rank(config, dir, distributed);
     const char* run = std::getenv("INKSTONE_TEST_RUN");
     train_tiny(
         config, dir / (run ? run : "run"), distributed,
@@ -520,6 +521,34 @@ TEST_F(DataParallel, ZeroMatchesDdpForDiffusionAndRl) {
       EXPECT_NEAR(rl_zero.at(step), checksum, 1e-6 * std::abs(checksum))
           << "RL weight checksum, stage " << stage << " step " << step;
   }
+}
+
+// A diffusion policy (docs/rl.md, "Diffusion policies") draws its rollouts and its likelihood's noise by global
+// row, so 2 ranks denoise the completions one process denoises and score them under the same noise: the weights
+// agree with the one-process run's to rounding (the all-reduce sums the ranks' gradients in another order).
+TEST_F(DataParallel, DiffusionPolicyRlOnTwoRanksMatchesOneProcess) {
+  const auto dir = *dir_ / "rl_diffusion";
+  Config rl = tiny_rl_config(/*timeout_s=*/60);
+  rl.model = testing::tiny_model_config(/*init_std=*/0.3);
+  rl.model.max_seq_len = 48;
+  // FlowRL: its log Z head moves the policy even where every reward of a group is the same (random weights
+  // rarely answer right).
+  rl.objective.name = "flowrl";
+  rl.flowrl.head_dropout = 0;  // dropout draws from each process's own generator
+  rl.rl.mini_batches = 1;      // a mini-batch takes groups from every rank: with one, all of them, as one process
+  rl.rl.policy = "uniform_diffusion";
+  rl.rl.elbo_samples = 2;
+  rl.sample.steps = 4;
+  const auto parallel = two_ranks(dir, "two", config_to_toml(rl));
+  const auto single_dir = dir / "one";
+  std::filesystem::create_directories(single_dir);
+  rl_as_one_rank(rl, single_dir, std::make_shared<Distributed>());
+  const auto single = read_losses(single_dir / "losses_rank0.txt");
+  ASSERT_EQ(single.size(), 3u);
+  ASSERT_EQ(parallel.size(), single.size());
+  for (const auto& [step, checksum] : single)
+    EXPECT_NEAR(parallel.at(step), checksum, 1e-6 * std::abs(checksum)) << "weight checksum, step " << step;
+  EXPECT_NE(single.at(1), single.at(3));  // the policy moved
 }
 
 // LoRA on 2 ranks (docs/training.md, "LoRA"): only the adapters are synchronised, sharded and stepped, so DDP trains
