@@ -26,8 +26,8 @@ INKSTONE_CHOICE(FloatFormat, "fp32", "bf16");
 enum class ReferencePolicy { initial, old };  // rl.reference
 INKSTONE_CHOICE(ReferencePolicy, "initial", "old");
 // How an RL objective reads a diffusion policy's sequence log-likelihood (docs/rl.md, "Diffusion policies").
-enum class SequenceLikelihood { elbo, one_step };  // rl.likelihood
-INKSTONE_CHOICE(SequenceLikelihood, "elbo", "one_step");
+enum class SequenceLikelihood { elbo, one_step, transitions };  // rl.likelihood
+INKSTONE_CHOICE(SequenceLikelihood, "elbo", "one_step", "transitions");
 enum class ImportanceRatio { raw, geometric };  // gflowrl.is_ratio (docs/rl.md)
 INKSTONE_CHOICE(ImportanceRatio, "raw", "geometric");
 enum class LengthNorm { none, both, paper };  // gflowrl.norm (docs/rl.md, "Length normalisation")

@@ -438,8 +438,8 @@ std::vector<FieldSpec> build_schema() {
                      "The objective that trained the policy, read from rl.init_checkpoint: ar (decoded left to "
                      "right) or a diffusion objective (denoised with [sample]'s diffusion sampler and steps)."),
       INKSTONE_CHOICE_FIELD(rl, likelihood, SequenceLikelihood::elbo,
-                            "Diffusion policies: elbo (K coupled noise levels, docs/rl.md) or one_step (d1's "
-                            "fully noised completion)."),
+                            "Diffusion policies: elbo (K coupled noise levels), one_step (d1's fully noised "
+                            "completion) or transitions (the sampler's own steps, exact; docs/rl.md)."),
       INKSTONE_FIELD(rl, elbo_samples, int64_t{4}, "elbo: noise levels per completion (stratified).").range(1, 1024),
       INKSTONE_FIELD(rl, prompt_mask, 0.15, "one_step: share of prompt tokens noised, as d1 does.").range(0, 0.99),
       INKSTONE_FIELD(rl, eval_prompts, int64_t{64}, "Held-out problems per evaluation.").at_least(1),

@@ -20,6 +20,12 @@ struct RolloutAnnotations {
   // [B] int64: what keys a likelihood estimate's random draws for each row (a diffusion policy's noise levels),
   // so that the current, old and reference policies score a row under the same draws; undefined: no draws.
   torch::Tensor noise_keys;
+  // A recorded denoising trajectory, for a diffusion policy scored by its own transitions: the canvas before each
+  // of the T transitions and after the last [B, T + 1, W] int64, each transition's time t [B, T] and levels
+  // (α_t, μ_t, υ_t, α_s, μ_s, υ_s) [B, T, 6] float64. Undefined otherwise.
+  torch::Tensor trajectory;
+  torch::Tensor transition_times;
+  torch::Tensor transition_levels;
 };
 
 struct Batch {

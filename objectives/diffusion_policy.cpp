@@ -4,6 +4,7 @@
 
 #include "core/counter_hash.h"
 #include "objectives/chunked_vocab.h"
+#include "objectives/transition_log_prob.h"
 
 namespace inkstone {
 
@@ -65,6 +66,7 @@ DiffusionPolicy::Draws DiffusionPolicy::draw(const Batch& batch) const {
 
 PolicyLogProbs DiffusionPolicy::log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
                                           bool with_hidden) const {
+  if (likelihood_ == SequenceLikelihood::transitions) return transition_log_probs(model, batch, with_entropy, with_hidden);
   const int64_t rows = batch.tokens.size(0), width = batch.tokens.size(1), k = copies();
   const auto device = batch.tokens.device();
   const Draws draws = draw(batch);
@@ -117,6 +119,63 @@ PolicyLogProbs DiffusionPolicy::log_probs(LanguageModelImpl& model, const Batch&
   out.log_probs = per_copy.select(2, 0).masked_fill(~policy, 0.0);
   if (with_entropy) out.entropy = per_copy.select(2, 1).masked_fill(~policy, 0.0);
   if (with_hidden) out.hidden = hidden.view({rows, k, width, -1}).select(1, 0);
+  return out;
+}
+
+// Each recorded state z_t is denoised once more (all T of a row in one batch), and each position's term is the sum
+// over transitions of log q(z_s | z_t, x̂_θ(z_t)) at the state it moved to.
+PolicyLogProbs DiffusionPolicy::transition_log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
+                                                     bool with_hidden) const {
+  const auto& rollout = batch.rollout;
+  TORCH_CHECK(rollout.trajectory.defined(), "rl.likelihood = transitions scores rollouts with a recorded trajectory");
+  const int64_t rows = batch.tokens.size(0), width = batch.tokens.size(1);
+  const int64_t steps = rollout.transition_times.size(1);
+  const auto before = rollout.trajectory.narrow(1, 0, steps).reshape({rows * steps, width});
+  const auto after = rollout.trajectory.narrow(1, 1, steps).reshape({rows * steps, width});
+  const auto t = rollout.transition_times.reshape({rows * steps, 1}).to(torch::kFloat);
+  Batch states;
+  states.tokens = after;
+  states.real = batch.real.repeat_interleave(steps, 0);
+  const auto hidden = denoiser_.denoiser_hidden(model, states, t, before);  // [B·T, W, d]
+
+  const auto flat = [&](const torch::Tensor& v) { return v.expand({rows * steps, width}).reshape(-1); };
+  const auto level = rollout.transition_levels.reshape({rows * steps, 1, 6}).to(torch::kFloat);
+  const auto level_column = [&](int64_t c) { return flat(level.select(2, c)); };
+  const NoiseLevels at_t{level_column(0), level_column(1), level_column(2)};
+  const NoiseLevels at_s{level_column(3), level_column(4), level_column(5)};
+  const auto from = flat(before), to = flat(after);
+  const auto scored = flat(rollout.policy.repeat_interleave(steps, 0));
+  const auto support = std::make_shared<NoiseSupport>(denoiser_.support());
+  const NoiseIds ids = denoiser_.ids();
+  const double temperature = temperature_;
+  // By value: backward calls it again after this function has returned.
+  const ChunkTermsFn terms = [=](const torch::Tensor& logits, int64_t begin) {
+    const int64_t n = logits.size(0);
+    const auto part = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
+    const auto log_x_hat = torch::log_softmax(support->restrict_logits(logits.to(torch::kFloat)) / temperature, -1);
+    const auto x_hat_at = [&](const torch::Tensor& ids_at) {
+      return log_x_hat.gather(-1, ids_at.unsqueeze(-1)).squeeze(-1).exp();
+    };
+    const auto z_t = part(from), z_s = part(to);
+    const NoiseLevels t_part{part(at_t.keep), part(at_t.mask), part(at_t.uniform)};
+    const NoiseLevels s_part{part(at_s.keep), part(at_s.mask), part(at_s.uniform)};
+    const auto term = transition_log_prob(x_hat_at(z_s), x_hat_at(z_t), z_t, z_s, t_part, s_part, ids.mask_id,
+                                          ids.support_size);
+    std::vector<torch::Tensor> columns = {term.masked_fill(~part(scored), 0.0)};
+    if (with_entropy) {
+      const auto p = log_x_hat.exp();
+      columns.push_back(-(p * log_x_hat.masked_fill(p.eq(0), 0.0)).sum(-1).masked_fill(~part(scored), 0.0));
+    }
+    return torch::stack(columns, 1);
+  };
+  const auto head = model.head_weight();
+  const auto per_step = chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
+                                            chunk_rows_for(head.size(0), logit_chunk_mib_, head.is_cuda()))
+                            .view({rows, steps, width, -1});
+  PolicyLogProbs out;
+  out.log_probs = per_step.select(3, 0).sum(1).masked_fill(~rollout.policy, 0.0);
+  if (with_entropy) out.entropy = per_step.select(3, 1).mean(1).masked_fill(~rollout.policy, 0.0);
+  if (with_hidden) out.hidden = hidden.view({rows, steps, width, -1}).select(1, 0);
   return out;
 }
 

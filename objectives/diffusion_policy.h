@@ -8,7 +8,11 @@
 //   one_step: diffu-GRPO's estimate (Zhao et al. 2025, "d1"): the completion fully noised (the prior's draw
 //     at t = 1), each prompt token noised with probability rl.prompt_mask, and log x̂_θ(y_i | z) per position. One
 //     forward, not a bound: it scores each token as if it were decoded first.
-// The draws of a row come from a generator keyed by its batch.rollout.noise_keys entry, so the current, old and
+//   transitions: the rollout's recorded denoising trajectory scored step by step, Σ_steps log q(z_s | z_t, x̂_θ(z_t))
+//     at the states the sampler moved to (objectives/transition_log_prob.h): the exact log-likelihood of the
+//     trajectory, which is what the sampler's policy generated (the text is its last state), at the cost of one
+//     forward per sampler step. The ancestral sampler only, with temperature and no truncating filter.
+// The draws of the estimates come from a generator keyed by its batch.rollout.noise_keys entry, so the current, old and
 // reference policies score a row under the same noise: their ratios are coupled, and exactly 1 when the weights
 // are the same. The logits are divided by rl.temperature, the temperature the rollouts were denoised at.
 #pragma once
@@ -40,6 +44,8 @@ class DiffusionPolicy : public PolicyLikelihood {
 
  private:
   static Config policy_config(const Config& config);
+  PolicyLogProbs transition_log_probs(LanguageModelImpl& model, const Batch& batch, bool with_entropy,
+                                      bool with_hidden) const;
 
   DiffusionObjective denoiser_;
   SequenceLikelihood likelihood_;  // rl.likelihood

@@ -180,7 +180,15 @@ std::unique_ptr<PolicyLikelihood> make_policy_likelihood(const Config& config, c
     throw InputError(fmt::format("rl.policy = '{}' with diffusion.block_size = {}: RL on block diffusion policies is "
                                  "not supported; start from a model trained on whole windows",
                                  name, config.diffusion.block_size));
-  return registered(name).make_policy(config, tokenizer);
+  const Registered& entry = registered(name);
+  const RlConfig unset = default_config().rl;
+  const RlConfig& rl = config.rl;
+  if (!entry.denoises && (rl.likelihood != unset.likelihood || rl.elbo_samples != unset.elbo_samples ||
+                          rl.prompt_mask != unset.prompt_mask))
+    throw InputError(fmt::format("rl.likelihood, rl.elbo_samples and rl.prompt_mask read a diffusion policy; "
+                                 "rl.policy = '{}' decodes left to right and its log-probs are exact",
+                                 name));
+  return entry.make_policy(config, tokenizer);
 }
 
 std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer) {

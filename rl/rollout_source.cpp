@@ -32,8 +32,13 @@ Batch select_groups(const Batch& batch, const torch::Tensor& group_order, int64_
   out.tokens = pick(batch.tokens);
   out.real = pick(batch.real);
   const auto& r = batch.rollout;
-  out.rollout = {pick(r.policy),  pick(r.old_log_probs), pick(r.ref_log_probs), pick(r.rollout_log_probs),
-                 pick(r.rewards), pick(r.groups), pick(r.noise_keys)};
+  auto& o = out.rollout;
+  for (auto [to, from] : {std::pair{&o.policy, &r.policy}, {&o.old_log_probs, &r.old_log_probs},
+                          {&o.ref_log_probs, &r.ref_log_probs}, {&o.rollout_log_probs, &r.rollout_log_probs},
+                          {&o.rewards, &r.rewards}, {&o.groups, &r.groups}, {&o.noise_keys, &r.noise_keys},
+                          {&o.trajectory, &r.trajectory}, {&o.transition_times, &r.transition_times},
+                          {&o.transition_levels, &r.transition_levels}})
+    *to = pick(*from);
   return out;
 }
 

@@ -65,8 +65,17 @@ Rollouts generate_diffusion_rollouts(LanguageModel& model, const DiffusionProces
   out.generated_tokens = open.sum().item<int64_t>();
   out.seconds = result.seconds;
   out.tokens_per_s = static_cast<double>(out.generated_tokens) / std::max(result.seconds, 1e-9);
-  out.batch.tokens = tokens.to(device);
+  // Clones: the sampler's tensors are inference tensors, which autograd may not save.
+  out.batch.tokens = tokens.clone().to(device);
   out.batch.real = torch::ones_like(open).to(device);
+  if (denoising.record_trajectory) {
+    const int64_t transitions = result.transition_times.size(0);
+    auto& rollout = out.batch.rollout;
+    rollout.trajectory = result.trajectory.clone().to(device);
+    rollout.transition_times = result.transition_times.expand({rows, transitions}).contiguous().to(device);
+    rollout.transition_levels = result.transition_levels.expand({rows, transitions, 6}).contiguous().to(device);
+    rollout.rollout_log_probs = result.log_probs.to(torch::kFloat).to(device);
+  }
   out.batch.rollout.policy = open.to(device);
   out.batch.rollout.groups = groups.to(device);
   out.batch.rollout.noise_keys = keys.to(device);

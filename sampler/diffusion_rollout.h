@@ -17,8 +17,9 @@ namespace inkstone {
 // the canvas up to its first end id (eos, end of turn) and then up to its first stop string; it is truncated when
 // the canvas holds no end id. `denoising` says how (sampler, steps, noise removal, precision); its filter
 // is options.sampling, its seed options.seed, and row r is sequence first_group·G + r of the draws, so a
-// completion does not depend on the batch it is denoised in. No rollout log-probs: rollout.noise_keys key the
-// likelihood estimate's draws instead (objectives/diffusion_policy.h).
+// completion does not depend on the batch it is denoised in. rollout.noise_keys key the likelihood estimates'
+// draws (objectives/diffusion_policy.h); with denoising.record_trajectory the batch also holds the trajectory and,
+// as rollout_log_probs, the sampler's log-probabilities of its draws.
 Rollouts generate_diffusion_rollouts(LanguageModel& model, const DiffusionProcess& process, const Tokenizer& tokenizer,
                                      const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
                                      DiffusionSampleOptions denoising, int64_t first_group = 0);

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "objectives/transition_log_prob.h"
 #include "sampler/diffusion_posterior.h"
 #include "sampler/kernels/diffusion_step.h"
 
@@ -111,6 +112,14 @@ NoiseRemoval noise_removal_from_name(const std::string& name, const char* key) {
   return value_named(kNoiseRemovals, name, key);
 }
 
+void check_trajectory_recording(const DiffusionSampleOptions& options) {
+  if (options.record_trajectory &&
+      (options.method != DiffusionMethod::ancestral || options.noise_removal == NoiseRemoval::greedy ||
+       options.filter.top_k > 0 || options.filter.top_p < 1 || options.min_p > 0 || options.filter.temperature == 0))
+    throw InputError("a recorded diffusion trajectory needs the ancestral sampler, ancestral or no noise removal, "
+                     "and no top-k, top-p, min-p or temperature 0: every draw must have a probability under x̂");
+}
+
 DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,
                                        torch::Device device) {
@@ -121,6 +130,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
   if (process.noise->masks() && process.mask_id < 0)
     throw InputError("diffusion noise that masks needs a tokenizer with a mask token");
+  check_trajectory_recording(options);
   const auto start_time = std::chrono::steady_clock::now();
   c10::InferenceMode inference;
   auto generator = at::globalContext().defaultGenerator(device).clone();
@@ -204,6 +214,29 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     return exponential_race(interpolating_posterior(x_hat, z, at_t, at_s, support, process.mask_id), generator);
   };
 
+  // The recorded trajectory: each transition's states, time and levels, and the log-probability of its draws.
+  std::vector<torch::Tensor> states;
+  std::vector<double> times;
+  std::vector<double> levels;
+  torch::Tensor log_probs;
+  auto record = [&](const torch::Tensor& step_logits, const torch::Tensor& before, double t, const NoiseLevelsAt& at_t,
+                    const NoiseLevelsAt& at_s) {
+    const auto x_hat = clean_token_probs(step_logits, process, options.filter, torch::kDouble);
+    const auto as_levels = [&](const NoiseLevelsAt& at) {
+      const auto number = [&](double v) { return torch::full({}, v, x_hat.options()); };
+      return NoiseLevels{number(at.keep), number(at.mask), number(at.uniform)};
+    };
+    const auto step = transition_log_prob(x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1),
+                                          x_hat.gather(-1, before.unsqueeze(-1)).squeeze(-1), before, z,
+                                          as_levels(at_t), as_levels(at_s), process.mask_id, process.support->size())
+                          .masked_fill(fixed, 0.0);
+    log_probs = log_probs.defined() ? log_probs + step : step;
+    states.push_back(z.cpu());
+    times.push_back(t);
+    levels.insert(levels.end(), {at_t.keep, at_t.mask, at_t.uniform, at_s.keep, at_s.mask, at_s.uniform});
+  };
+  if (options.record_trajectory) states.push_back(z.cpu());
+
   // Confidence scores come from x̂ as filtered, but at temperature 0 from the model's own x̂: the point mass on the
   // argmax would give every position the same margin.
   SamplingParams score_filter = options.filter;
@@ -218,7 +251,10 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     const auto step_logits = denoise(t);
     const auto step = static_cast<uint32_t>(k);
     if (options.method == DiffusionMethod::ancestral) {
-      z = draw(step_logits, process.noise->levels_at(t), process.noise->levels_at(s), step);
+      const auto before = z;
+      z = torch::where(fixed, fixed_tokens, draw(step_logits, process.noise->levels_at(t), process.noise->levels_at(s), step));
+      if (options.record_trajectory)
+        record(step_logits, before, t, process.noise->levels_at(t), process.noise->levels_at(s));
     } else {
       const auto drawn = draw(step_logits, from_estimate, clean_text, step);
       confidence_step(z, open, clean_token_probs(step_logits, process, score_filter, options.posterior_dtype),
@@ -239,7 +275,16 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
             : draw(final_logits, process.noise->levels_at(options.t_end), clean_text, static_cast<uint32_t>(steps));
     // Noise that never draws tokens never changes a position that holds one (docs/diffusion.md, "Final step").
     const auto settled = process.noise->spreads() ? fixed : z.ne(process.mask_id);
+    const auto before = z;
     z = torch::where(settled | fixed, z, clean);
+    if (options.record_trajectory)
+      record(final_logits, before, options.t_end, process.noise->levels_at(options.t_end), clean_text);
+  }
+  if (options.record_trajectory) {
+    result.trajectory = torch::stack(states, 1);
+    result.transition_times = torch::tensor(times, torch::kDouble);
+    result.transition_levels = torch::tensor(levels, torch::kDouble).view({-1, 6});
+    result.log_probs = log_probs.defined() ? log_probs.cpu() : torch::zeros(fixed.sizes(), torch::kDouble);
   }
 
   result.tokens = anchored ? z.narrow(1, 0, canvas.tokens.size(1)).cpu().contiguous() : z.cpu();

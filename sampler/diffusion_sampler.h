@@ -70,6 +70,9 @@ struct DiffusionSampleOptions {
   torch::ScalarType posterior_dtype = torch::kDouble;
   int64_t first_sequence = 0;  // the global number of the canvas's first row (its random stream)
   double t_end = 1e-5;    // the grid runs t = 1 → t_end; never t = 0 (docs/diffusion.md, "Pitfalls")
+  // Keep the trajectory and the log-probabilities of its draws (DiffusionSampleResult): ancestral sampling with
+  // ancestral or no noise removal and a filter of temperature alone, whose every draw has a probability under x̂.
+  bool record_trajectory = false;
   // Called with (step, z) every trace_every steps and after the last one; 0: never.
   int64_t trace_every = 0;
   std::function<void(int64_t, const torch::Tensor&)> on_trace;
@@ -84,9 +87,20 @@ struct DiffusionCanvas {
 
 struct DiffusionSampleResult {
   torch::Tensor tokens;     // [B, L] int64 on the CPU
+  // With record_trajectory (on the CPU): the canvas before the first step and after each of the T transitions
+  // [B, T + 1, L] int64; each transition's time t [T] and levels (α_t, μ_t, υ_t, α_s, μ_s, υ_s) [T, 6] float64;
+  // per position the sum over transitions of log q(z_s | z_t, x̂) of its draws (objectives/transition_log_prob.h)
+  // [B, L] float64, 0 at fixed positions.
+  torch::Tensor trajectory;
+  torch::Tensor transition_times;
+  torch::Tensor transition_levels;
+  torch::Tensor log_probs;
   int64_t model_calls = 0;  // with x̂ reuse, at most steps + 1
   double seconds = 0;
 };
+
+// InputError unless options.record_trajectory is off or the sampling it asks for can be recorded.
+void check_trajectory_recording(const DiffusionSampleOptions& options);
 
 DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const DiffusionProcess& process,
                                        const DiffusionCanvas& canvas, const DiffusionSampleOptions& options,

@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include "dataset/byte_tokenizer.h"
+#include "objectives/diffusion_policy.h"
 #include "objectives/masked_noise.h"
+#include "objectives/uniform_noise.h"
+#include "sampler/diffusion_posterior.h"
 #include "objectives/policy_log_probs.h"
 #include "sampler/diffusion_rollout.h"
 #include "sampler/rollout.h"
@@ -123,6 +126,87 @@ TEST(DiffusionRollout, TheCanvasIsThePolicysAndRowsDoNotDependOnTheirBatch) {
   const Rollouts first = generate_diffusion_rollouts(model, process, tokenizer, {kPrompts[0]}, o, denoising, 10);
   EXPECT_TRUE(torch::equal(first.batch.tokens, all.batch.tokens.narrow(0, 0, 3)));
   EXPECT_TRUE(torch::equal(first.batch.rollout.noise_keys, all.batch.rollout.noise_keys.narrow(0, 0, 3)));
+}
+
+// A trajectory recorded by the sampler (rl.likelihood = transitions): the log-probability it reports for each
+// draw is the full posterior's (sampler/diffusion_posterior.h) at the drawn token, and the trainer's recomputation
+// from the recorded states (objectives/diffusion_policy.h) gives the same numbers, with a finite gradient.
+void expect_transitions_reproduced(const std::string& objective, bool time_conditioning) {
+  ByteTokenizer tokenizer;
+  Config config = default_config();
+  config.model = testing::tiny_policy_config();
+  config.model.max_seq_len = 32;
+  config.model.time_conditioning = time_conditioning;
+  config.model.tie_embeddings = !time_conditioning;
+  config.objective.name = "gflowrl";
+  config.rl.policy = objective;
+  config.rl.likelihood = SequenceLikelihood::transitions;
+  config.rl.temperature = 0.8;
+  torch::manual_seed(8);
+  auto model = build_language_model(config.model, tokenizer.vocab_size());
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& p : model->parameters()) p.normal_(0.0, 0.1);  // time conditioning reaches the logits
+  }
+  std::shared_ptr<const NoiseProcess> noise;
+  if (objective == "masked_diffusion") noise = std::make_shared<MaskedNoise>(config.diffusion);
+  else noise = std::make_shared<UniformNoise>(config.diffusion);
+  DiffusionProcess process;
+  process.noise = noise;
+  process.support = std::make_shared<NoiseSupport>(tokenizer, tokenizer.vocab_size(), false);
+  process.mask_id = tokenizer.specials().mask;
+  process.end_id = tokenizer.specials().eos;
+  process.time_conditioned = time_conditioning;
+  DiffusionSampleOptions denoising;
+  denoising.steps = 5;
+  denoising.record_trajectory = true;
+  RolloutOptions o = options(config.rl.temperature);
+  o.max_new_tokens = 6;
+  const Rollouts r = generate_diffusion_rollouts(model, process, tokenizer, kPrompts, o, denoising, 3);
+  const auto& rollout = r.batch.rollout;
+  ASSERT_EQ(rollout.trajectory.size(1), 5 + 2);  // the prior, 5 steps and the final draw
+  EXPECT_TRUE(torch::equal(rollout.trajectory.select(1, 6), r.batch.tokens));
+
+  // The reported log-probs against the full posterior of every transition, in float64.
+  const auto support = process.support->member_mask(torch::kCPU);
+  auto expected = torch::zeros(r.batch.tokens.sizes(), torch::kDouble);
+  {
+    torch::NoGradGuard no_grad;
+    for (int64_t k = 0; k < 6; ++k) {
+      const auto z_t = rollout.trajectory.select(1, k), z_s = rollout.trajectory.select(1, k + 1);
+      const auto lv = rollout.transition_levels[0][k];
+      const NoiseLevelsAt at_t{lv[0].item<double>(), lv[1].item<double>(), lv[2].item<double>()};
+      const NoiseLevelsAt at_s{lv[3].item<double>(), lv[4].item<double>(), lv[5].item<double>()};
+      WindowInputs window;
+      window.mask = MaskMode::bidirectional;
+      if (time_conditioning)
+        window.noise_level = torch::full({z_t.size(0)}, -std::log(at_t.keep), torch::kFloat);
+      const auto logits = process.support->restrict_logits(model->forward(z_t, window).to(torch::kDouble));
+      const auto x_hat = torch::softmax(logits / config.rl.temperature, -1);
+      const auto q = interpolating_posterior(x_hat, z_t, at_t, at_s, support, process.mask_id);
+      expected += q.gather(-1, z_s.unsqueeze(-1)).squeeze(-1).log().masked_fill(~rollout.policy, 0.0);
+    }
+  }
+  EXPECT_TRUE(torch::isfinite(expected).all().item<bool>());
+  EXPECT_LT(expected.sum().item<double>(), -1.0);  // draws that were not certain
+  EXPECT_TRUE(torch::allclose(rollout.rollout_log_probs.to(torch::kDouble), expected, 1e-4, 1e-4))
+      << (rollout.rollout_log_probs.to(torch::kDouble) - expected).abs().max().item<double>();
+
+  const DiffusionPolicy policy(config, tokenizer, noise);
+  const auto scored = policy.log_probs(*model, r.batch, false, false).log_probs;
+  EXPECT_TRUE(torch::allclose(scored.to(torch::kDouble), expected, 1e-4, 1e-4))
+      << (scored.to(torch::kDouble) - expected).abs().max().item<double>();
+  scored.sum().backward();
+  for (const auto& p : model->parameters())
+    if (p.grad().defined()) EXPECT_TRUE(torch::isfinite(p.grad()).all().item<bool>());
+}
+
+TEST(DiffusionRollout, MaskedTransitionsAreScoredAsTheSamplerDrewThem) {
+  expect_transitions_reproduced("masked_diffusion", /*time_conditioning=*/false);
+}
+
+TEST(DiffusionRollout, UniformTransitionsOfATimeConditionedModelAreScoredAsTheSamplerDrewThem) {
+  expect_transitions_reproduced("uniform_diffusion", /*time_conditioning=*/true);
 }
 
 }  // namespace

@@ -202,7 +202,12 @@ void run_diffusion_policy(const std::string& objective, const std::string& polic
       ASSERT_TRUE(line.contains(key)) << key;
       EXPECT_TRUE(std::isfinite(line[key].get<double>())) << key;
     }
-    EXPECT_FALSE(line.contains("rollout_drift_ratio_mean"));  // the denoiser reports no log-probs of its own
+    if (likelihood == SequenceLikelihood::transitions) {
+      // The sampler reports the log-probs of its own transitions, which the trainer recomputes.
+      EXPECT_NEAR(line["rollout_drift_ratio_mean"].get<double>(), 1.0, 1e-3) << line.dump();
+    } else {
+      EXPECT_FALSE(line.contains("rollout_drift_ratio_mean"));  // estimates: nothing of the sampler's to compare
+    }
     if (line.contains("is_weight_min")) {
       EXPECT_EQ(line["is_weight_min"].get<double>(), 1.0) << line.dump();
       EXPECT_EQ(line["is_weight_max"].get<double>(), 1.0) << line.dump();
@@ -219,6 +224,9 @@ TEST(RolloutTraining, GflowrlTrainsAUniformDiffusionPolicyByItsElbo) {
 }
 TEST(RolloutTraining, GrpoTrainsAMaskedDiffusionPolicyByTheOneStepEstimate) {
   run_diffusion_policy("grpo", "masked_diffusion", SequenceLikelihood::one_step, false);
+}
+TEST(RolloutTraining, GflowrlTrainsAMaskedDiffusionPolicyByItsOwnTransitions) {
+  run_diffusion_policy("gflowrl", "masked_diffusion", SequenceLikelihood::transitions, false);
 }
 TEST(RolloutTraining, FlowrlTrainsAMaskedDiffusionPolicyByItsElbo) {
   run_diffusion_policy("flowrl", "masked_diffusion", SequenceLikelihood::elbo, false);
