@@ -100,7 +100,6 @@ TEST_F(InitCheckpoint, ArCheckpointsStartMaskedAndUniformDiffusionRuns) {
   const auto sampled = run_cli({"sample", "--run-dir", (*dir_ / "mdlm").string(), "--prompt", "ab", "--max-new-tokens",
                                 "4", "--steps", "4"});
   EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
-  EXPECT_NE(sampled.output.find("positions, 2 steps"), std::string::npos) << sampled.output;  // denoised
   EXPECT_NE(masked.output.find("starting from " + base().string()), std::string::npos) << masked.output;
   EXPECT_NE(masked.output.find("attention: causal as trained (ar), bidirectional here (masked_diffusion)"),
             std::string::npos)
@@ -248,7 +247,6 @@ TEST_F(InitCheckpoint, LoraAdaptsAFrozenCheckpointAndExportsItMerged) {
 
   const auto sampled = run_cli({"sample", "--run-dir", run.string(), "--prompt", "the", "--max-new-tokens", "4"});
   EXPECT_EQ(sampled.exit_code, 0) << sampled.output;
-  EXPECT_NE(sampled.output.find("positions, 2 steps"), std::string::npos) << sampled.output;  // denoised
   const auto exported = run_cli({"export", "hf", run.string(), "--out", (*dir_ / "lora-hf").string()});
   ASSERT_EQ(exported.exit_code, 0) << exported.output;
   // The export holds the merged weights, W + (α / r) B A, and no adapter.
