@@ -7,6 +7,37 @@
 #include "objectives/transition_log_prob.h"
 
 namespace inkstone {
+namespace {
+
+// One position's term from log x̂ [n, V] (over the support, tempered) of flattened rows [begin, begin + n).
+using PositionTerm = std::function<torch::Tensor(const torch::Tensor& log_x_hat, int64_t begin)>;
+
+// The head over hidden [R, W, d] in row chunks (objectives/chunked_vocab.h), differentiable: per position `term`
+// and, with_entropy, x̂'s entropy, both 0 where `scored` [R·W] is false. [R, W, 1 or 2].
+torch::Tensor position_terms(LanguageModelImpl& model, const torch::Tensor& hidden, const torch::Tensor& scored,
+                             const NoiseSupport& support, double temperature, bool with_entropy,
+                             int64_t logit_chunk_mib, const PositionTerm& term) {
+  const auto restricted = std::make_shared<NoiseSupport>(support);
+  // By value: backward calls it again after this function has returned.
+  const ChunkTermsFn terms = [=](const torch::Tensor& logits, int64_t begin) {
+    const auto off = ~scored.narrow(0, begin, logits.size(0));
+    const auto log_x_hat =
+        torch::log_softmax(restricted->restrict_logits(logits.to(torch::kFloat)) / temperature, -1);
+    std::vector<torch::Tensor> columns = {term(log_x_hat, begin).masked_fill(off, 0.0)};
+    if (with_entropy) {
+      // exp(−inf) · (−inf) off the support: those ids carry no mass.
+      const auto p = log_x_hat.exp();
+      columns.push_back(-(p * log_x_hat.masked_fill(p.eq(0), 0.0)).sum(-1).masked_fill(off, 0.0));
+    }
+    return torch::stack(columns, 1);
+  };
+  const auto head = model.head_weight();
+  return chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
+                             chunk_rows_for(head.size(0), logit_chunk_mib, head.is_cuda()))
+      .view({hidden.size(0), hidden.size(1), -1});
+}
+
+}  // namespace
 
 Config DiffusionPolicy::policy_config(const Config& config) {
   Config policy = config;
@@ -86,33 +117,17 @@ PolicyLogProbs DiffusionPolicy::log_probs(LanguageModelImpl& model, const Batch&
   const NoiseLevels rates{flat(rate.keep), flat(rate.mask), flat(rate.uniform)};
   const NoiseIds ids = denoiser_.ids();
   const auto noise = denoiser_.noise();
-  const auto support = std::make_shared<NoiseSupport>(denoiser_.support());
-  const double temperature = temperature_;
-  // By value: backward calls it again after this function has returned.
-  const ChunkTermsFn terms = [=](const torch::Tensor& logits, int64_t begin) {
-    const int64_t n = logits.size(0);
+  const PositionTerm term = [=](const torch::Tensor& log_x_hat, int64_t begin) {
+    const int64_t n = log_x_hat.size(0);
     const auto part = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
-    const auto log_x_hat = torch::log_softmax(support->restrict_logits(logits.to(torch::kFloat)) / temperature, -1);
     const auto target = part(x);
-    torch::Tensor term;
-    if (elbo) {
-      const NoiseLevels at{part(levels.keep), part(levels.mask), part(levels.uniform)};
-      const NoiseLevels by{part(rates.keep), part(rates.mask), part(rates.uniform)};
-      term = -noise->token_terms(log_x_hat, target, part(noisy), at, by, ids).nelbo;
-    } else {
-      term = log_x_hat.gather(-1, target.unsqueeze(-1)).squeeze(-1);
-    }
-    std::vector<torch::Tensor> columns = {term.masked_fill(~part(scored), 0.0)};
-    if (with_entropy) {
-      // exp(−inf) · (−inf) off the support: those ids carry no mass.
-      const auto p = log_x_hat.exp();
-      columns.push_back(-(p * log_x_hat.masked_fill(p.eq(0), 0.0)).sum(-1).masked_fill(~part(scored), 0.0));
-    }
-    return torch::stack(columns, 1);
+    if (!elbo) return log_x_hat.gather(-1, target.unsqueeze(-1)).squeeze(-1);
+    const NoiseLevels at{part(levels.keep), part(levels.mask), part(levels.uniform)};
+    const NoiseLevels by{part(rates.keep), part(rates.mask), part(rates.uniform)};
+    return -noise->token_terms(log_x_hat, target, part(noisy), at, by, ids).nelbo;
   };
-  const auto head = model.head_weight();
-  const auto per_copy = chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
-                                            chunk_rows_for(head.size(0), logit_chunk_mib_, head.is_cuda()))
+  const auto per_copy = position_terms(model, hidden, scored, denoiser_.support(), temperature_, with_entropy,
+                                       logit_chunk_mib_, term)
                             .view({rows, k, width, -1})
                             .mean(1);  // the K noise levels' mean
   PolicyLogProbs out;
@@ -145,32 +160,20 @@ PolicyLogProbs DiffusionPolicy::transition_log_probs(LanguageModelImpl& model, c
   const NoiseLevels at_s{level_column(3), level_column(4), level_column(5)};
   const auto from = flat(before), to = flat(after);
   const auto scored = flat(rollout.policy.repeat_interleave(steps, 0));
-  const auto support = std::make_shared<NoiseSupport>(denoiser_.support());
   const NoiseIds ids = denoiser_.ids();
-  const double temperature = temperature_;
-  // By value: backward calls it again after this function has returned.
-  const ChunkTermsFn terms = [=](const torch::Tensor& logits, int64_t begin) {
-    const int64_t n = logits.size(0);
+  const PositionTerm term = [=](const torch::Tensor& log_x_hat, int64_t begin) {
+    const int64_t n = log_x_hat.size(0);
     const auto part = [&](const torch::Tensor& v) { return v.narrow(0, begin, n); };
-    const auto log_x_hat = torch::log_softmax(support->restrict_logits(logits.to(torch::kFloat)) / temperature, -1);
     const auto x_hat_at = [&](const torch::Tensor& ids_at) {
       return log_x_hat.gather(-1, ids_at.unsqueeze(-1)).squeeze(-1).exp();
     };
     const auto z_t = part(from), z_s = part(to);
     const NoiseLevels t_part{part(at_t.keep), part(at_t.mask), part(at_t.uniform)};
     const NoiseLevels s_part{part(at_s.keep), part(at_s.mask), part(at_s.uniform)};
-    const auto term = transition_log_prob(x_hat_at(z_s), x_hat_at(z_t), z_t, z_s, t_part, s_part, ids.mask_id,
-                                          ids.support_size);
-    std::vector<torch::Tensor> columns = {term.masked_fill(~part(scored), 0.0)};
-    if (with_entropy) {
-      const auto p = log_x_hat.exp();
-      columns.push_back(-(p * log_x_hat.masked_fill(p.eq(0), 0.0)).sum(-1).masked_fill(~part(scored), 0.0));
-    }
-    return torch::stack(columns, 1);
+    return transition_log_prob(x_hat_at(z_s), x_hat_at(z_t), z_t, z_s, t_part, s_part, ids.mask_id, ids.support_size);
   };
-  const auto head = model.head_weight();
-  const auto per_step = chunked_vocab_terms(hidden.reshape({-1, hidden.size(-1)}), head, terms,
-                                            chunk_rows_for(head.size(0), logit_chunk_mib_, head.is_cuda()))
+  const auto per_step = position_terms(model, hidden, scored, denoiser_.support(), temperature_, with_entropy,
+                                       logit_chunk_mib_, term)
                             .view({rows, steps, width, -1});
   PolicyLogProbs out;
   out.log_probs = per_step.select(3, 0).sum(1).masked_fill(~rollout.policy, 0.0);

@@ -5,6 +5,7 @@
 #include "objectives/diffusion_policy.h"
 #include "objectives/masked_noise.h"
 #include "objectives/uniform_noise.h"
+#include "rl/policy_rollouts.h"
 #include "sampler/diffusion_posterior.h"
 #include "objectives/policy_log_probs.h"
 #include "sampler/diffusion_rollout.h"
@@ -207,6 +208,30 @@ TEST(DiffusionRollout, MaskedTransitionsAreScoredAsTheSamplerDrewThem) {
 
 TEST(DiffusionRollout, UniformTransitionsOfATimeConditionedModelAreScoredAsTheSamplerDrewThem) {
   expect_transitions_reproduced("uniform_diffusion", /*time_conditioning=*/true);
+}
+
+// Settings that cannot work are refused by name: an RL objective as the policy, the likelihood keys on a causal
+// policy, a trajectory the chosen sampler cannot record.
+TEST(DiffusionRollout, PolicySettingsThatCannotWorkAreRefusedByName) {
+  ByteTokenizer tokenizer;
+  Config config = default_config();
+  config.objective.name = "gflowrl";
+  config.rl.policy = "grpo";
+  EXPECT_NE(testing::input_error_of([&] { make_policy_likelihood(config, tokenizer); })
+                .find("rl.policy = 'grpo' must name the objective that trained the policy (ar, masked_diffusion"),
+            std::string::npos);
+  config.rl.policy = "ar";
+  config.rl.likelihood = SequenceLikelihood::one_step;
+  EXPECT_NE(testing::input_error_of([&] { make_policy_likelihood(config, tokenizer); })
+                .find("rl.policy = 'ar' decodes left to right"),
+            std::string::npos);
+  config.rl.policy = "masked_diffusion";
+  config.rl.likelihood = SequenceLikelihood::transitions;
+  config.sample.diffusion_sampler = "confidence";
+  auto model = testing::tiny_policy(tokenizer.vocab_size());
+  EXPECT_NE(testing::input_error_of([&] { policy_rollouts(model, config, tokenizer); })
+                .find("rl.likelihood = \"transitions\": a recorded diffusion trajectory needs the ancestral sampler"),
+            std::string::npos);
 }
 
 }  // namespace

@@ -40,17 +40,29 @@ Config toy_scale(Config config) {
   return config;
 }
 
-void run_toy(const Config& config, const std::string& name) {
+// A toy run's metrics lines and result; its folder is removed.
+struct ToyRun {
+  std::vector<nlohmann::json> lines;
+  TrainResult result;
+};
+
+ToyRun train_toy(const Config& config, const std::string& name) {
   auto tokenizer = std::make_shared<ByteTokenizer>();
   const auto run_dir = testing::temp_dir("rl_" + name);
   torch::manual_seed(5);
   TrainingSession session(config, build_language_model(config.model, tokenizer->vocab_size()),
                           make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
   RolloutSource source(session);
-  std::vector<nlohmann::json> lines;
-  source.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
-  const TrainResult result = session.run(source);
+  ToyRun run;
+  source.on_step = [&](int64_t, const nlohmann::json& line) { run.lines.push_back(line); };
+  run.result = session.run(source);
+  EXPECT_TRUE(std::filesystem::exists(run.result.last_checkpoint / "model.safetensors"));
+  std::filesystem::remove_all(run_dir);
+  return run;
+}
 
+void run_toy(const Config& config, const std::string& name) {
+  const auto [lines, result] = train_toy(config, name);
   EXPECT_EQ(result.steps_done, 2);
   ASSERT_EQ(lines.size(), 2u);
   for (const char* key : {"reward_mean", "reward_std", "accuracy", "degenerate_groups", "entropy", "kl_old_ref_k3",
@@ -64,8 +76,6 @@ void run_toy(const Config& config, const std::string& name) {
   EXPECT_NEAR(lines.front()["rollout_drift_ratio_mean"].get<double>(), 1.0, 1e-3);
   EXPECT_TRUE(result.final_eval.count("pass@1"));
   EXPECT_TRUE(result.final_eval.count("pass@2"));
-  EXPECT_TRUE(std::filesystem::exists(result.last_checkpoint / "model.safetensors"));
-  std::filesystem::remove_all(run_dir);
 }
 
 void run_arithmetic(const std::string& objective_name) {
@@ -186,15 +196,7 @@ void run_diffusion_policy(const std::string& objective, const std::string& polic
   config.model.time_conditioning = time_conditioning;
   config.model.tie_embeddings = !time_conditioning;  // adaLN-Zero starts the head at zero
   config.sample.steps = 4;
-  auto tokenizer = std::make_shared<ByteTokenizer>();
-  const auto run_dir = testing::temp_dir("rl_diffusion_" + objective);
-  torch::manual_seed(5);
-  TrainingSession session(config, build_language_model(config.model, tokenizer->vocab_size()),
-                          make_objective(config, *tokenizer), tokenizer, run_dir, torch::kCPU);
-  RolloutSource source(session);
-  std::vector<nlohmann::json> lines;
-  source.on_step = [&](int64_t, const nlohmann::json& line) { lines.push_back(line); };
-  const TrainResult result = session.run(source);
+  const auto [lines, result] = train_toy(config, "diffusion_" + objective);
   ASSERT_EQ(lines.size(), 2u);
   for (const auto& line : lines) {
     for (const char* key : {"reward_mean", "accuracy", "entropy", "kl_old_ref_k3", "response_length_mean",
@@ -216,7 +218,6 @@ void run_diffusion_policy(const std::string& objective, const std::string& polic
   }
   EXPECT_EQ(lines.front()["kl_old_ref_k3"].get<double>(), 0.0);  // the reference is the initial policy
   EXPECT_TRUE(result.final_eval.count("pass@2"));
-  std::filesystem::remove_all(run_dir);
 }
 
 TEST(RolloutTraining, GflowrlTrainsAUniformDiffusionPolicyByItsElbo) {
