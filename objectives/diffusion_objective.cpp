@@ -48,6 +48,22 @@ torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const tor
   return torch::cat({per_position.narrow(1, 0, 1), later}, 1);
 }
 
+double prior_mask_share(const NoiseProcess& noise) {
+  const NoiseLevelsAt at_one = noise.levels_at(1.0);
+  return at_one.mask / (at_one.mask + at_one.uniform);
+}
+
+torch::Tensor prior_tokens(const NoiseProcess& noise, const NoiseSupport& support, int64_t mask_id,
+                           const torch::Tensor& like, at::Generator* generator) {
+  const double mask_share = prior_mask_share(noise);
+  if (mask_share >= 1.0) return torch::full_like(like, mask_id);
+  const auto drawn = support.sample_uniform(like, generator);
+  if (mask_share <= 0) return drawn;
+  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(like.device());
+  const auto u = generator ? torch::rand(like.sizes(), *generator, options) : torch::rand(like.sizes(), options);
+  return torch::where(u < mask_share, torch::full_like(drawn, mask_id), drawn);
+}
+
 DiffusionObjective::DiffusionObjective(const Config& config, const Tokenizer& tokenizer,
                                        std::shared_ptr<const NoiseProcess> noise)
     : name_(config.objective.name),
@@ -101,17 +117,6 @@ torch::Tensor DiffusionObjective::corrupt(const torch::Tensor& x, const torch::T
     replacement = noise_->masks() ? torch::where(u < level.mask, mask, drawn) : drawn;
   }
   return torch::where(u < 1.0 - level.keep, replacement, x);
-}
-
-torch::Tensor DiffusionObjective::prior(const torch::Tensor& like, at::Generator* generator) const {
-  const NoiseLevelsAt at_one = noise_->levels_at(1.0);
-  const auto mask = torch::full_like(like, ids_.mask_id);
-  if (!noise_->spreads()) return mask;
-  const auto drawn = support_.sample_uniform(like, generator);
-  if (!noise_->masks()) return drawn;
-  const auto options = torch::TensorOptions().dtype(torch::kDouble).device(like.device());
-  const auto u = generator ? torch::rand(like.sizes(), *generator, options) : torch::rand(like.sizes(), options);
-  return torch::where(u < at_one.mask / (at_one.mask + at_one.uniform), mask, drawn);
 }
 
 torch::Tensor DiffusionObjective::denoiser_hidden(LanguageModelImpl& model, const Batch& batch,

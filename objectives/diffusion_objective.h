@@ -54,6 +54,13 @@ torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const tor
 // Undefined when attention is bidirectional.
 torch::Tensor annealed_attention(int64_t step, int64_t anneal_steps, int64_t length, torch::Device device);
 
+// The prior the sampler starts from (docs/diffusion.md, "Prior"): the noise's own mix at t = 1 with the signal left
+// there set aside, the mask with probability μ_1 / (μ_1 + υ_1), else a uniform draw from the support.
+double prior_mask_share(const NoiseProcess& noise);
+// Draws from it shaped like `like`, on like's device from `generator` (nullptr: the default one).
+torch::Tensor prior_tokens(const NoiseProcess& noise, const NoiseSupport& support, int64_t mask_id,
+                           const torch::Tensor& like, at::Generator* generator);
+
 class DiffusionObjective : public Objective {
  public:
   // InputError when the noise masks and the tokenizer has no mask token.
@@ -72,9 +79,6 @@ class DiffusionObjective : public Objective {
   // replaced where u < 1 − α_t, by the mask where u < μ_t and by a uniform draw from the support otherwise. Drawn
   // on x's device from `generator` (nullptr: the default one); the uniform draws only where the noise spreads.
   torch::Tensor corrupt(const torch::Tensor& x, const torch::Tensor& t, at::Generator* generator) const;
-  // Draws from the prior, shaped like `like`: the noise's own mix at t = 1 with the signal left there set aside,
-  // the mask with probability μ_1 / (μ_1 + υ_1), else a uniform draw from the support (docs/diffusion.md, "Prior").
-  torch::Tensor prior(const torch::Tensor& like, at::Generator* generator) const;
   // The model's scores of noisy tokens z at times t ([B, 1] or [B, L], float32 on the batch's device).
   DiffusionScores score(LanguageModelImpl& model, const Batch& batch, const torch::Tensor& t,
                         const torch::Tensor& z) const;

@@ -40,11 +40,8 @@ torch::Tensor position_terms(LanguageModelImpl& model, const torch::Tensor& hidd
 }  // namespace
 
 Config DiffusionPolicy::policy_config(const Config& config) {
-  Config policy = config;
-  policy.objective.name = config.rl.policy;
-  policy.objective.z_loss = 0;
-  policy.diffusion.attention_anneal_steps = 0;  // an adapted policy attends both ways from now on
-  policy.data.mode = WindowMode::pack;          // denoised rollouts fill their rows: no padding to mask
+  Config policy = policy_model_config(config);
+  policy.data.mode = WindowMode::pack;  // denoised rollouts fill their rows: no padding to mask
   return policy;
 }
 
@@ -89,7 +86,8 @@ DiffusionPolicy::Draws DiffusionPolicy::draw(const Batch& batch) const {
       const auto prompt = real[b] & ~policy[b];
       const auto noised = policy[b] | (prompt & torch::rand({tokens.size(1)}, generator, torch::kDouble).lt(prompt_mask_));
       times.push_back(torch::ones({1, 1}, torch::kFloat));
-      noisy.push_back(torch::where(noised, denoiser_.prior(x, &generator), x));
+      noisy.push_back(torch::where(
+          noised, prior_tokens(*denoiser_.noise(), denoiser_.support(), denoiser_.ids().mask_id, x, &generator), x));
     }
   }
   return {torch::cat(times), torch::cat(noisy)};

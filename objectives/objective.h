@@ -74,6 +74,9 @@ void check_objective_settings(const Config& config);
 // scores windows. InputError for an rl.policy that names no such objective.
 std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer);
 std::string policy_objective_name(const Config& config);
+// An RL run's config as the policy's own objective reads it: objective.name = rl.policy, and a diffusion policy
+// adapted from an AR model attends both ways (its attention annealing is over).
+Config policy_model_config(const Config& config);
 // What the objective registered as `name` trains on, without building it (InputError for an unknown name).
 BatchKind objective_batch_kind(const std::string& name);
 // How many float32 copies of one chunk's [rows, V] logits the objective registered as `name` holds at once while

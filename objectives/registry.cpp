@@ -191,12 +191,16 @@ std::unique_ptr<PolicyLikelihood> make_policy_likelihood(const Config& config, c
   return entry.make_policy(config, tokenizer);
 }
 
-std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer) {
-  if (trains_on_windows(registered(config.objective.name))) return make_objective(config, tokenizer);
+Config policy_model_config(const Config& config) {
   Config policy = config;
   policy.objective.name = policy_objective_name(config);
   policy.diffusion.attention_anneal_steps = 0;
-  return make_objective(policy, tokenizer);
+  return policy;
+}
+
+std::unique_ptr<Objective> make_policy_objective(const Config& config, const Tokenizer& tokenizer) {
+  if (trains_on_windows(registered(config.objective.name))) return make_objective(config, tokenizer);
+  return make_objective(policy_model_config(config), tokenizer);
 }
 
 std::vector<std::string> registered_objective_names() {

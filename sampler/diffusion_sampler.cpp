@@ -151,24 +151,13 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   const auto sequences = torch::arange(options.first_sequence, options.first_sequence + rows, torch::kLong);
   const auto sequences_on_device = sequences.to(device);
 
-  // The prior: the noise's own mix at t = 1, the signal left there set aside (docs/diffusion.md, "Prior"): the mask
-  // with probability μ_1 / (μ_1 + υ_1), else a uniform draw from the support.
-  const NoiseLevelsAt at_one = process.noise->levels_at(1.0);
-  const double mask_share = at_one.mask / (at_one.mask + at_one.uniform);
-  torch::Tensor prior;
-  if (mask_share >= 1.0) {
-    prior = torch::full_like(fixed_tokens, process.mask_id);
-  } else if (options.fused) {
-    prior = keyed_prior_tokens(support, sequences, fixed_tokens.size(1), static_cast<uint64_t>(options.seed),
-                               mask_share, process.mask_id)
-                .to(device);
-  } else {
-    prior = process.support->sample_uniform(fixed_tokens, &generator);
-    if (mask_share > 0) {
-      const auto u = torch::rand(fixed_tokens.sizes(), generator, torch::dtype(torch::kDouble).device(device));
-      prior = torch::where(u < mask_share, torch::full_like(prior, process.mask_id), prior);
-    }
-  }
+  // The prior (objectives/diffusion_objective.h): the keyed draws of the fused step, or the generator's.
+  const double mask_share = prior_mask_share(*process.noise);
+  const auto prior = options.fused && mask_share < 1.0
+                         ? keyed_prior_tokens(support, sequences, fixed_tokens.size(1),
+                                              static_cast<uint64_t>(options.seed), mask_share, process.mask_id)
+                               .to(device)
+                         : prior_tokens(*process.noise, *process.support, process.mask_id, fixed_tokens, &generator);
   auto z = torch::where(fixed, fixed_tokens, prior);
   auto open = ~fixed;  // confidence sampling: positions not committed yet
   const auto free_count = open.sum(-1);
@@ -250,17 +239,17 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     const double s = 1.0 - (1.0 - options.t_end) * static_cast<double>(k + 1) / steps;
     const auto step_logits = denoise(t);
     const auto step = static_cast<uint32_t>(k);
+    const auto before = z;
     if (options.method == DiffusionMethod::ancestral) {
-      const auto before = z;
-      z = torch::where(fixed, fixed_tokens, draw(step_logits, process.noise->levels_at(t), process.noise->levels_at(s), step));
-      if (options.record_trajectory)
-        record(step_logits, before, t, process.noise->levels_at(t), process.noise->levels_at(s));
+      z = draw(step_logits, process.noise->levels_at(t), process.noise->levels_at(s), step);
     } else {
       const auto drawn = draw(step_logits, from_estimate, clean_text, step);
       confidence_step(z, open, clean_token_probs(step_logits, process, score_filter, options.posterior_dtype),
                       commits_at_step(free_count, k, steps), drawn);
     }
     z = torch::where(fixed, fixed_tokens, z);
+    // Recording is for the ancestral sampler alone (check_trajectory_recording).
+    if (options.record_trajectory) record(step_logits, before, t, process.noise->levels_at(t), process.noise->levels_at(s));
     if (options.on_trace && options.trace_every > 0 && ((k + 1) % options.trace_every == 0 || k + 1 == steps))
       options.on_trace(k + 1, z);
   }
