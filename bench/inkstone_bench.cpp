@@ -61,6 +61,8 @@ struct BenchArgs {
   std::string profile;                   // a Chrome trace of every libtorch op of the run, when set
   std::string kernel_times;              // train on CUDA: Kineto trace of the timed steps here, top kernels in the JSON
   int64_t group = 8, prompts = 4;        // rollout
+  std::string batching = "continuous";   // rollout: continuous | static (one batch until its last row ends)
+  int64_t end_every = 0;                 // rollout: every end_every-th id ends a row too (varied lengths); 0: off
 };
 
 DecodeMode decode_mode(const BenchArgs& a) {
@@ -342,18 +344,24 @@ nlohmann::json run_rollout(const BenchArgs& a) {
   options.group_size = a.group;
   options.seed = a.seed;
   options.decode = decode_mode(a);
+  options.continuous = a.batching == "continuous";
+  // A random model draws eos about once in V steps; more end ids give the varied lengths a trained policy has.
+  for (int64_t id = 0; a.end_every > 0 && id < s.ctx.tokenizer->vocab_size(); id += a.end_every)
+    options.end_ids.push_back(static_cast<int32_t>(id));
   options.max_new_tokens = 8;  // warmup
   generate_rollouts(s.model, *s.ctx.tokenizer, prompts, options);
   options.max_new_tokens = a.new_tokens;
   const auto start = std::chrono::steady_clock::now();
   const auto result = generate_rollouts(s.model, *s.ctx.tokenizer, prompts, options);
   const double seconds = seconds_since(start);
-  // Decode steps the batch ran (until every row stopped) times its rows: the work done, independent of where
-  // random draws happened to hit eos; generated_tokens counts only tokens up to each row's eos.
+  // Decode steps a static batch runs (until every row stopped) times its rows: the work it does, independent of
+  // where random draws happened to hit an end; generated_tokens counts only tokens up to each row's end (the
+  // useful ones).
   const int64_t steps = *std::max_element(result.lengths.begin(), result.lengths.end());
   const auto row_steps = static_cast<double>(steps * a.prompts * a.group);
   return {{"tokens_per_s", row_steps / seconds},
           {"generated_tokens_per_s", result.generated_tokens / seconds},
+          {"mean_length", static_cast<double>(result.generated_tokens) / static_cast<double>(a.prompts * a.group)},
           {"seconds", seconds},
           {"decode_steps", steps}};
 }
@@ -394,6 +402,10 @@ int main(int argc, char** argv) {
   app.add_option("--decode", a.decode, "decode, rollout: auto | growing | fixed | graph (CUDA graph replay)")
       ->check(CLI::IsMember({"auto", "growing", "fixed", "graph"}));
   app.add_option("--group", a.group)->check(CLI::PositiveNumber);
+  app.add_option("--batching", a.batching, "rollout: continuous | static")
+      ->check(CLI::IsMember({"continuous", "static"}));
+  app.add_option("--end-every", a.end_every, "rollout: ids 0, n, 2n, ... end a row as eos does; 0: eos only")
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
   app.add_option("--profile", a.profile, "Write a Chrome trace of the libtorch ops run to this file");
   app.add_option("--kernel-times", a.kernel_times,

@@ -367,10 +367,12 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, noise_removal, "ancestral",
                      "Diffusion final step: a posterior draw, the argmax, or none; docs/diffusion.md, \"Final "
                      "step\"."),
-      INKSTONE_FIELD(sample, min_p, 0.0, "Diffusion: keep tokens with x̂ >= min_p times the largest; 0: off.")
+      INKSTONE_FIELD(sample, min_p, 0.0,
+                     "Keep tokens at least min_p times as likely as the most likely one (diffusion: on x̂); 0: off.")
           .range(0, 0.999),
       INKSTONE_FIELD(sample, batch_size, int64_t{256},
-                     "Diffusion: sequences per denoiser call; more prompts run in batches of this many.")
+                     "Sequences decoded at once: AR rows, each refilled with the next waiting sequence as it "
+                     "finishes; diffusion sequences per denoiser call.")
           .range(1, 1 << 20),
       INKSTONE_FIELD(sample, fused, true,
                      "Diffusion: the fused sampling step (keyed draws, no float64 [B, L, V]); false: the eager "

@@ -7,6 +7,8 @@ namespace inkstone {
 KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity)
     : batch_size_(batch_size),
       capacity_(capacity),
+      rows_(batch_size),
+      read_limit_(capacity),
       keys_(num_layers),
       values_(num_layers),
       conv_states_(num_layers) {}
@@ -43,29 +45,102 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
   return {keys.slice(2, 0, end), values.slice(2, 0, end)};
 }
 
-std::pair<torch::Tensor, torch::Tensor> KVCache::append_at(int64_t layer, const torch::Tensor& slot,
-                                                           const torch::Tensor& k, const torch::Tensor& v) {
-  auto& keys = keys_.at(layer);
-  auto& values = values_.at(layer);
-  TORCH_CHECK(keys.defined(), "fixed-window decoding continues a cache that a prefill has started");
-  TORCH_CHECK(k.size(2) == 1, "fixed-window decoding appends one token per row, got ", k.size(2));
-  keys.index_copy_(2, slot, k);
-  values.index_copy_(2, slot, v);
-  return {keys, values};
+namespace {
+
+// [rows] slots from a [rows] or [1] tensor.
+torch::Tensor per_row(const torch::Tensor& slots, int64_t rows) {
+  TORCH_CHECK(slots.dim() == 1 && (slots.size(0) == rows || slots.size(0) == 1), "per-row decoding takes [", rows,
+              "] or [1] slots, got ", slots.sizes());
+  return slots.expand({rows});
 }
 
-torch::Tensor KVCache::window_key_real(const torch::Tensor& slot) {
-  if (!slot_index_.defined() || slot_index_.device() != slot.device())
-    slot_index_ = torch::arange(capacity_, slot.options());
-  auto real = (slot_index_ <= slot).unsqueeze(0).expand({batch_size_, capacity_});
-  return key_real_.defined() ? real & key_real_ : real;
+}  // namespace
+
+std::pair<torch::Tensor, torch::Tensor> KVCache::append_at(int64_t layer, const torch::Tensor& slots,
+                                                           const torch::Tensor& k, const torch::Tensor& v) {
+  TORCH_CHECK(keys_.at(layer).defined(), "per-row decoding continues a cache that a prefill has started");
+  TORCH_CHECK(k.size(0) == rows_ && k.size(2) == 1, "per-row decoding appends one token to each of ", rows_,
+              " rows, got ", k.sizes());
+  auto keys = keys_[layer].narrow(0, 0, rows_);
+  auto values = values_[layer].narrow(0, 0, rows_);
+  const auto index = per_row(slots, rows_).view({rows_, 1, 1, 1}).expand({rows_, k.size(1), 1, k.size(3)});
+  keys.scatter_(2, index, k);
+  values.scatter_(2, index, v);
+  return {keys.narrow(2, 0, read_limit_), values.narrow(2, 0, read_limit_)};
+}
+
+torch::Tensor KVCache::window_key_real(const torch::Tensor& slots) {
+  if (!slot_index_.defined() || slot_index_.device() != slots.device())
+    slot_index_ = torch::arange(capacity_, slots.options());
+  const auto real = slot_index_.narrow(0, 0, read_limit_).unsqueeze(0) <= per_row(slots, rows_).unsqueeze(1);
+  return key_real_.defined() ? real & key_real_.narrow(0, 0, rows_).narrow(1, 0, read_limit_) : real;
+}
+
+void KVCache::limit_reads(int64_t limit) {
+  TORCH_CHECK(limit >= 1 && limit <= capacity_, "a KV cache reads 1 to ", capacity_, " slots, not ", limit);
+  read_limit_ = limit;
+}
+
+void KVCache::use_rows(int64_t rows) {
+  TORCH_CHECK(rows >= 1 && rows <= batch_size_, "a KV cache of ", batch_size_, " rows cannot use ", rows);
+  rows_ = rows;
+}
+
+void KVCache::gather_rows(const torch::Tensor& kept) {
+  const int64_t n = kept.size(0);
+  TORCH_CHECK(n <= batch_size_, "gather_rows: ", n, " rows of ", batch_size_);
+  // index_select copies first, so rows moving onto each other read their old contents.
+  for (auto* tensors : {&keys_, &values_, &conv_states_})
+    for (auto& t : *tensors)
+      if (t.defined()) t.narrow(0, 0, n).copy_(t.index_select(0, kept.to(t.device())));
+  if (key_real_.defined()) key_real_.narrow(0, 0, n).copy_(key_real_.index_select(0, kept.to(key_real_.device())));
+}
+
+void KVCache::adopt_rows(const torch::Tensor& targets, const KVCache& prefill, const torch::Tensor& sources) {
+  const int64_t length = prefill.length();
+  TORCH_CHECK(length <= capacity_, "adopt_rows: a prefill of ", length, " slots into a cache of ", capacity_);
+  const auto adopt = [&](torch::Tensor& mine, const torch::Tensor& theirs, int64_t slot_dim) {
+    if (!theirs.defined()) return;
+    if (!mine.defined()) {
+      auto shape = theirs.sizes().vec();
+      shape[0] = batch_size_;
+      if (slot_dim >= 0) shape[slot_dim] = capacity_;
+      mine = torch::zeros(shape, theirs.options());
+    }
+    const auto rows = theirs.index_select(0, sources.to(theirs.device()));
+    const auto index = targets.to(mine.device());
+    if (slot_dim < 0) {
+      mine.index_copy_(0, index, rows);
+    } else {
+      auto widened = mine.index_select(0, index);
+      widened.narrow(slot_dim, 0, length).copy_(rows.narrow(slot_dim, 0, length));
+      mine.index_copy_(0, index, widened);
+    }
+  };
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    adopt(keys_[layer], prefill.keys_.at(layer), 2);
+    adopt(values_[layer], prefill.values_.at(layer), 2);
+    adopt(conv_states_[layer], prefill.conv_states_.at(layer), -1);
+  }
+  if (prefill.key_real_.defined() || key_real_.defined()) {
+    const auto& index = targets;  // on the cache's device
+    if (!key_real_.defined()) key_real_ = torch::ones({batch_size_, capacity_}, targets.options().dtype(torch::kBool));
+    auto widened = key_real_.index_select(0, index);
+    widened.narrow(1, 0, length).copy_(prefill.key_real_.defined()
+                                           ? prefill.key_real_.index_select(0, sources.to(targets.device()))
+                                                 .narrow(1, 0, length)
+                                           : torch::ones({targets.size(0), length}, widened.options()));
+    widened.narrow(1, length, capacity_ - length).fill_(true);  // the tokens the rows decode next are real
+    key_real_.index_copy_(0, index, widened);
+  }
 }
 
 torch::Tensor KVCache::conv_window(int64_t layer, const torch::Tensor& x, int64_t history) {
   auto& state = conv_states_.at(layer);
-  if (!state.defined()) state = torch::zeros({x.size(0), history, x.size(2)}, x.options());
-  auto window = torch::cat({state, x}, 1);
-  state = window.slice(1, window.size(1) - history).detach().clone();
+  if (!state.defined()) state = torch::zeros({batch_size_, history, x.size(2)}, x.options());
+  auto rows = state.narrow(0, 0, x.size(0));
+  auto window = torch::cat({rows, x}, 1);
+  rows.copy_(window.slice(1, window.size(1) - history).detach());
   return window;
 }
 

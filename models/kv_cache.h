@@ -10,8 +10,9 @@
 namespace inkstone {
 
 // Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
-// with the dtype the layer produces), plus which slots hold real tokens. Slots are shared by the whole batch:
-// prompts of different lengths are left-padded and carry their own positions (see CacheInputs).
+// with the dtype the layer produces), plus which slots hold real tokens. A forward over several tokens (prefill,
+// append) shares its slots across the batch: prompts of different lengths are left-padded and carry their own
+// positions (see CacheInputs); per-row decoding (append_at) gives each row its own slot.
 class KVCache {
  public:
   KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity);
@@ -27,14 +28,28 @@ class KVCache {
   // Stores one layer's k, v [B, n_kv, num_new, h_d] after the filled slots; returns K, V of all slots so far.
   std::pair<torch::Tensor, torch::Tensor> append(int64_t layer, const torch::Tensor& k, const torch::Tensor& v);
 
-  // Fixed-window decoding (what a CUDA graph can replay: no shape or host value changes from step to step): one
-  // new token per row goes to slot `slot` ([1] int64 on the cache's device) of the buffers the prefill allocated,
-  // and K, V of every slot come back; window_key_real masks the slots past `slot`. The host-side length is not
-  // read: the caller advances it.
-  std::pair<torch::Tensor, torch::Tensor> append_at(int64_t layer, const torch::Tensor& slot, const torch::Tensor& k,
+  // Per-row decoding (what a CUDA graph can replay: no shape or host value changes from step to step): one new
+  // token per row goes to that row's slot `slots` ([rows] int64 on the cache's device, or [1] for every row) of the
+  // buffers, and K, V of the slots below the read limit come back; window_key_real masks each row's slots past its
+  // own. Rows refilled with another sequence (adopt_rows) restart at their own slot, so rows of one batch sit at
+  // different lengths. The host-side length is not read: the caller advances it.
+  std::pair<torch::Tensor, torch::Tensor> append_at(int64_t layer, const torch::Tensor& slots, const torch::Tensor& k,
                                                     const torch::Tensor& v);
-  // [B, T_max] bool: real tokens in slots 0..slot (earlier calls' padding stays masked).
-  torch::Tensor window_key_real(const torch::Tensor& slot);
+  // [rows, read limit] bool: real tokens in each row's slots 0..slots[r] (earlier calls' padding stays masked).
+  torch::Tensor window_key_real(const torch::Tensor& slots);
+  // Slots a per-row step reads: 1 <= limit <= capacity (default capacity, what a graph needs); a caller that knows
+  // every row's slot is below `limit` spares the attention the empty tail.
+  void limit_reads(int64_t limit);
+
+  // The leading `rows` rows are the batch from now on (the buffers keep batch_size() rows, so a graph captured on a
+  // view of them stays valid).
+  void use_rows(int64_t rows);
+  int64_t rows() const { return rows_; }
+  // Moves rows `kept` ([n] int64) to rows 0..n−1, in order (continuous batching compacts its finished rows away).
+  void gather_rows(const torch::Tensor& kept);
+  // Rows `targets` ([n] int64) take over the prefilled rows `sources` ([n] int64) of `prefill`: its slots
+  // 0..prefill.length()−1, their padding record and convolution state.
+  void adopt_rows(const torch::Tensor& targets, const KVCache& prefill, const torch::Tensor& sources);
 
   // Convolution layers keep their last `history` inputs instead of keys and values, so their state does not grow
   // with the context. x: this call's inputs [B, num_new, C]; returns [B, history + num_new, C], the kept inputs
@@ -54,6 +69,8 @@ class KVCache {
  private:
   int64_t batch_size_;
   int64_t capacity_;
+  int64_t rows_;        // the leading rows in use (use_rows)
+  int64_t read_limit_;  // limit_reads
   int64_t length_ = 0;
   std::vector<torch::Tensor> keys_;
   std::vector<torch::Tensor> values_;

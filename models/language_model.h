@@ -90,9 +90,9 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   torch::Tensor hidden_states_under_rule(const torch::Tensor& tokens, const RuleInputs& inputs);
   // Appends the tokens' keys and values (and convolution tails) to `cache`, which advances by T.
   torch::Tensor extend_cache(const torch::Tensor& tokens, KVCache& cache, const CacheInputs& inputs = {});
-  // Fixed-window decoding, the form a CUDA graph replays (sampler/decode_step.h): one token per row at RoPE
-  // `positions` [B, 1], written at cache slot `slot` ([1] int64 on the model's device, KVCache::append_at); one
-  // stream. The cache's host-side length is the caller's to advance.
+  // Per-row decoding, the form a CUDA graph replays (sampler/decode_step.h): one token per row at RoPE
+  // `positions` [B, 1], written at each row's cache slot (`slot`: [B] or [1] int64 on the model's device,
+  // KVCache::append_at) over the cache's rows in use; one stream. The cache's host-side length is the caller's.
   torch::Tensor decode_at_slot(const torch::Tensor& tokens, const torch::Tensor& positions, KVCache& cache,
                                const torch::Tensor& slot);
   // Logits [.., rows] in float32 from the head's input.

@@ -15,7 +15,7 @@ struct AttentionContext {
   RopeTable rope;
   AttentionMask mask;
   KVCache* cache = nullptr;           // null: no incremental decoding
-  torch::Tensor write_slot;           // [1] int64: fixed-window decoding into this cache slot (KVCache::append_at)
+  torch::Tensor write_slot;           // [rows] or [1] int64: per-row decoding into these cache slots (KVCache::append_at)
   MaskMode mode = MaskMode::causal;   // convolutions over time are causal, or centred when bidirectional
   torch::Tensor token_real;           // [B, T] bool, this call's real tokens; undefined: all real
   torch::Tensor documents;            // [B, T] int64 packed-document index; undefined: one document per row

@@ -40,7 +40,6 @@ PolicyRollouts policy_rollouts(LanguageModel model, const Config& config, const 
                                                          const RolloutOptions& options, int64_t first_group) mutable {
     return generate_diffusion_rollouts(model, process, tokenizer, prompts, options, denoising, first_group);
   };
-  out.keyed_rows = true;
   return out;
 }
 

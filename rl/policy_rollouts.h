@@ -14,13 +14,12 @@
 namespace inkstone {
 
 struct PolicyRollouts {
-  // Completions of `prompts` (token ids), group ids from first_group.
+  // Completions of `prompts` (token ids), group ids from first_group. Every draw is keyed by (seed, global group,
+  // row in it, position): ranks share the seed and number groups globally, and a completion is then the same on
+  // any number of ranks.
   std::function<Rollouts(const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
                          int64_t first_group)>
       generate;
-  // Every draw is keyed by (seed, global row): ranks must share the seed and number rows globally, and a
-  // completion is then the same on any number of ranks. Otherwise each rank needs a seed of its own.
-  bool keyed_rows = false;
 };
 
 // `model` and `tokenizer` must outlive the result.

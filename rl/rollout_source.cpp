@@ -104,7 +104,8 @@ struct RolloutSource::Generated {
 };
 
 // A rank draws its own share of the step's prompts (draw_prompts numbers them rank·count + i, so the ranks together
-// hold the prompts one process draws) and samples them with its own seed.
+// hold the prompts one process draws) and samples them with the run's seed for this step: draws are keyed by
+// global group, so a completion does not depend on the number of ranks.
 RolloutSource::Generated RolloutSource::generate(TrainingSession& session, int64_t step) const {
   Generated out;
   out.prompts = draw_prompts(*train_problems_, seed_, step, rank_, rank_prompts());
@@ -118,10 +119,7 @@ RolloutSource::Generated RolloutSource::generate(TrainingSession& session, int64
   options.sampling.temperature = rl_.temperature;
   options.sampling.top_p = rl_.top_p;
   const auto step_key = static_cast<uint64_t>(step);
-  const uint64_t rollout_hash = rank_ == 0 || rollouts_.keyed_rows
-                                     ? counter_hash({seed_, step_key})
-                                     : counter_hash({seed_, step_key, static_cast<uint64_t>(rank_)});
-  options.seed = static_cast<int64_t>(rollout_hash >> 1);
+  options.seed = static_cast<int64_t>(counter_hash({seed_, step_key}) >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
   out.rollouts = rollouts_.generate(ids, options, step * rl_.prompts_per_step + rank_ * rank_prompts());

@@ -12,9 +12,16 @@
 #include "core/platform.h"
 #include "models/model_dims.h"
 #include "sampler/decode_step.h"
+#include "sampler/kernels/token_draw.h"
 
 namespace inkstone {
 namespace {
+
+// The batch: every sample, or max_rows of them at a time.
+int64_t decode_rows(const ArSampleOptions& options, int64_t prompts) {
+  const int64_t samples = prompts * options.num_samples;
+  return options.continuous && options.max_rows > 0 ? std::min(options.max_rows, samples) : samples;
+}
 
 void check_inputs(const LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
                   const ArSampleOptions& options) {
@@ -30,6 +37,7 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   const auto& s = options.sampling;
   if (options.num_samples < 1) throw InputError("sample.num must be >= 1");
   if (options.max_new_tokens < 1) throw InputError("sample.max_new_tokens must be >= 1");
+  if (options.max_rows < 0) throw InputError(fmt::format("sample.batch_size = {} must be >= 0", options.max_rows));
   // Positions past the trained length have no meaning (RoPE never saw them) and the cache would grow unbounded.
   const int64_t max_len = model->config().max_seq_len;
   for (size_t p = 0; p < prompts.size(); ++p) {
@@ -41,7 +49,7 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   }
   // The KV cache of every row at full length, plus a few [rows, V] float rows of logits per step.
   const ModelConfig& m = model->config();
-  const double rows = static_cast<double>(prompts.size()) * static_cast<double>(options.num_samples);
+  const auto rows = static_cast<double>(decode_rows(options, static_cast<int64_t>(prompts.size())));
   size_t longest = 0;
   for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
   const double length = static_cast<double>(longest) + static_cast<double>(options.max_new_tokens);
@@ -57,113 +65,229 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   }
 }
 
-// The fixed-window decoder the options ask for, or none (growing cache, or no cache at all).
-std::unique_ptr<FixedWindowDecoder> make_decoder(LanguageModel& model, KVCache& cache, int64_t rows,
-                                                 const ArSampleOptions& options) {
-  if (!options.use_kv_cache) return nullptr;
-  switch (options.decode) {
-    case DecodeMode::growing_cache: return nullptr;
-    case DecodeMode::fixed_window: return std::make_unique<FixedWindowDecoder>(model, cache, rows, false);
-    case DecodeMode::cuda_graph: return std::make_unique<FixedWindowDecoder>(model, cache, rows, true);
-    case DecodeMode::automatic: break;
-  }
-  const bool graph = model->parameters().front().device().is_cuda() && graph_decode_obstacle(model->config()).empty();
-  return graph ? std::make_unique<FixedWindowDecoder>(model, cache, rows, true) : nullptr;
+// Finished rows are noticed on the host every this many steps. A host read is free on the CPU; on a GPU it
+// drains the queue, so there rows run a few steps past their end (the extra draws are dropped) between checks.
+int64_t host_check_interval(torch::Device device) { return device.is_cuda() ? 8 : 1; }
+
+// The smallest power of two holding `active` rows, at most `rows`: the sizes a compacted batch takes, so that a
+// CUDA graph captured for one serves every later compaction to it.
+int64_t bucket_for(int64_t active, int64_t rows) {
+  int64_t bucket = 1;
+  while (bucket < active) bucket *= 2;
+  return std::min(bucket, rows);
 }
 
-// Every row of the batch: its prompt left-padded to the longest, the padding marked, positions 0..len−1.
-struct PaddedBatch {
-  torch::Tensor tokens;     // [N, P] int64
-  torch::Tensor real;       // [N, P] bool
-  torch::Tensor positions;  // [N, P] int64
-  torch::Tensor lengths;    // [N] int64
-};
-
-PaddedBatch left_pad(const std::vector<std::vector<int32_t>>& prompts, int64_t num_samples, torch::Device device) {
-  size_t longest = 0;
-  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
-  const int64_t rows = static_cast<int64_t>(prompts.size()) * num_samples;
-  const int64_t width = static_cast<int64_t>(longest);
-  auto tokens = torch::zeros({rows, width}, torch::kLong);
-  auto lengths = torch::empty({rows}, torch::kLong);
-  auto tokens_at = tokens.accessor<int64_t, 2>();
-  auto lengths_at = lengths.accessor<int64_t, 1>();
-  for (int64_t r = 0; r < rows; ++r) {
-    const auto& prompt = prompts[r / num_samples];
-    const int64_t pad = width - static_cast<int64_t>(prompt.size());
-    for (size_t i = 0; i < prompt.size(); ++i) tokens_at[r][pad + static_cast<int64_t>(i)] = prompt[i];
-    lengths_at[r] = static_cast<int64_t>(prompt.size());
-  }
-  const auto slot = torch::arange(width, torch::kLong).unsqueeze(0);
-  const auto first_real = (width - lengths).unsqueeze(1);
-  return {tokens.to(device), (slot >= first_real).to(device), (slot - first_real).clamp_min(0).to(device),
-          lengths.to(device)};
-}
-
-// Cuts each row after its first end id or its stop step and turns it into a sample.
-std::vector<ArSample> collect(const torch::Tensor& tokens, const torch::Tensor& log_probs, int64_t steps,
-                              int64_t num_samples, const std::vector<int32_t>& end_ids,
-                              const std::vector<int64_t>& stop_steps) {
-  const auto host_tokens = tokens.narrow(1, 0, steps).cpu();
-  const auto host_log_probs = log_probs.narrow(1, 0, steps).cpu();
-  const auto t = host_tokens.accessor<int64_t, 2>();
-  const auto lp = host_log_probs.accessor<float, 2>();
-  std::vector<ArSample> samples(static_cast<size_t>(t.size(0)));
-  for (int64_t r = 0; r < t.size(0); ++r) {
-    auto& sample = samples[r];
-    sample.prompt_index = r / num_samples;
-    for (int64_t i = 0; i < steps; ++i) {
-      sample.tokens.push_back(static_cast<int32_t>(t[r][i]));
-      sample.log_probs.push_back(lp[r][i]);
-      if (std::find(end_ids.begin(), end_ids.end(), t[r][i]) != end_ids.end()) {
-        sample.finish = FinishReason::eos;
-        break;
-      }
-      if (i == stop_steps[r]) {
-        sample.finish = FinishReason::stop;
-        break;
-      }
-    }
-  }
-  return samples;
-}
-
-// Rows whose stop_when turned true at this step: their generated tokens so far are kept on the host.
-class StopTracker {
+// One sample_autoregressive call (docs/sampling.md, "Continuous batching"): a queue of samples (prompt-major),
+// rows that take the next one as they finish, keyed draws, ends noticed on the device and read on the host every
+// host_check_interval steps, and compaction into smaller buckets once the queue is empty.
+class DecodeRun {
  public:
-  StopTracker(const ArSampleOptions& options, int64_t rows)
-      : options_(options), generated_(static_cast<size_t>(rows)), stop_steps_(static_cast<size_t>(rows), -1) {}
-
-  bool active() const { return static_cast<bool>(options_.stop_when); }
-
-  // Marks rows that stop at `step` in `finished` (rows already finished are left alone).
-  void update(const torch::Tensor& drawn, int64_t step, torch::Tensor& finished) {
-    const auto host_drawn = drawn.cpu();
-    const auto host_finished = finished.cpu();
-    auto newly = torch::zeros_like(host_finished);
-    const auto drawn_at = host_drawn.accessor<int64_t, 1>();
-    const auto finished_at = host_finished.accessor<bool, 1>();
-    auto newly_at = newly.accessor<bool, 1>();
-    for (int64_t r = 0; r < drawn_at.size(0); ++r) {
-      if (finished_at[r]) continue;
-      auto& row = generated_[static_cast<size_t>(r)];
-      row.push_back(static_cast<int32_t>(drawn_at[r]));
-      if (options_.stop_when(row)) {
-        stop_steps_[static_cast<size_t>(r)] = step;
-        newly_at[r] = true;
-      }
+  DecodeRun(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts, const ArSampleOptions& options)
+      : prompts_(prompts),
+        options_(options),
+        device_(model->parameters().front().device()),
+        samples_(static_cast<int64_t>(prompts.size()) * options.num_samples),
+        interval_(host_check_interval(device_)),
+        width_(options.max_new_tokens + interval_),
+        filter_{options.sampling.temperature, options.sampling.top_k, options.sampling.top_p, options.sampling.min_p,
+                model->head_weight(HeadRows::tokens).size(0)} {
+    size_t longest = 0;
+    for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+    RowDecoderSpec spec;
+    spec.rows = decode_rows(options, static_cast<int64_t>(prompts.size()));
+    spec.capacity = static_cast<int64_t>(longest) + width_;
+    spec.use_kv_cache = options.use_kv_cache;
+    spec.decode = options.decode;
+    decoder_ = make_row_decoder(model, spec);
+    if (!decoder_->refills() && spec.rows < samples_) {  // (its buffers come with the first prefill: none yet)
+      spec.rows = samples_;
+      decoder_ = make_row_decoder(model, spec);
     }
-    finished |= newly.to(finished.device());
+    rows_ = in_use_ = spec.rows;
+    continuous_ = options.continuous && decoder_->refills();
+    const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device_);
+    sequence_ = torch::zeros({rows_}, i64);
+    generated_ = torch::zeros({rows_}, i64);
+    done_ = torch::ones({rows_}, i64.dtype(torch::kBool));
+    history_ = torch::zeros({rows_, width_}, i64);
+    history_log_probs_ = torch::zeros({rows_, width_}, i64.dtype(torch::kFloat));
+    if (!options.end_ids.empty())
+      end_ids_ = torch::tensor(std::vector<int64_t>(options.end_ids.begin(), options.end_ids.end())).to(device_);
+    row_sample_.assign(static_cast<size_t>(rows_), -1);
+    checked_.assign(static_cast<size_t>(rows_), 0);
+    generated_host_.resize(static_cast<size_t>(rows_));
+    out_.resize(static_cast<size_t>(samples_));
   }
 
-  const std::vector<int64_t>& stop_steps() const { return stop_steps_; }
+  std::vector<ArSample> run() {
+    logits_ = torch::empty({rows_, filter_.support_size}, torch::TensorOptions().dtype(torch::kFloat).device(device_));
+    std::vector<int64_t> all(static_cast<size_t>(rows_));
+    for (int64_t r = 0; r < rows_; ++r) all[static_cast<size_t>(r)] = r;
+    start(all);
+    for (int64_t since_check = 1;; ++since_check) {
+      auto tokens = draw();
+      if (since_check % interval_ == 0) {
+        if (!check()) break;
+        if (continuous_ && next_sample_ == samples_) tokens = compact_if_sparse(tokens);
+      }
+      logits_ = decoder_->step(tokens);
+      if (next_sample_ < samples_) start(idle_rows());
+    }
+    return std::move(out_);
+  }
+
+  bool graphed() const { return decoder_->graphed(); }
 
  private:
-  const ArSampleOptions& options_;
-  std::vector<std::vector<int32_t>> generated_;
-  std::vector<int64_t> stop_steps_;
-};
+  std::vector<int64_t> idle_rows() const {
+    std::vector<int64_t> idle;
+    for (int64_t r = 0; r < in_use_; ++r)
+      if (row_sample_[static_cast<size_t>(r)] < 0) idle.push_back(r);
+    return idle;
+  }
 
+  // Starts idle rows on the next waiting samples and puts their first logits in place.
+  void start(const std::vector<int64_t>& idle) {
+    std::vector<int64_t> rows, keys;
+    std::vector<const std::vector<int32_t>*> prompts;
+    for (const int64_t row : idle) {
+      if (next_sample_ == samples_) break;
+      const int64_t sample = next_sample_++;
+      const int64_t prompt = sample / options_.num_samples;
+      rows.push_back(row);
+      prompts.push_back(&prompts_[static_cast<size_t>(prompt)]);
+      keys.push_back((options_.first_prompt + prompt) * options_.num_samples + sample % options_.num_samples);
+      row_sample_[static_cast<size_t>(row)] = sample;
+      checked_[static_cast<size_t>(row)] = 0;
+      generated_host_[static_cast<size_t>(row)].clear();
+    }
+    if (rows.empty()) return;
+    const auto first_logits = decoder_->start(rows, prompts);
+    const auto index = torch::tensor(rows, torch::kLong).to(device_);
+    sequence_.index_copy_(0, index, torch::tensor(keys, torch::kLong).to(device_));
+    generated_.index_fill_(0, index, 0);
+    done_.index_fill_(0, index, false);
+    logits_.index_copy_(0, index, first_logits);
+  }
+
+  // One keyed draw per row in use, recorded in its history; rows that drew an end id or reached the length are
+  // marked done on the device.
+  torch::Tensor draw() {
+    const auto generated = generated_.narrow(0, 0, in_use_);
+    const auto drawn = keyed_token_draw(logits_.narrow(0, 0, in_use_), sequence_.narrow(0, 0, in_use_), generated,
+                                        filter_, static_cast<uint64_t>(options_.seed));
+    const auto column = generated.clamp_max(width_ - 1).unsqueeze(1);
+    history_.narrow(0, 0, in_use_).scatter_(1, column, drawn.tokens.unsqueeze(1));
+    history_log_probs_.narrow(0, 0, in_use_).scatter_(1, column, drawn.log_probs.unsqueeze(1));
+    generated.add_(1).clamp_max_(width_);
+    auto ended = generated >= options_.max_new_tokens;
+    if (end_ids_.defined()) ended |= torch::isin(drawn.tokens, end_ids_);
+    done_.narrow(0, 0, in_use_) |= ended;
+    return drawn.tokens;
+  }
+
+  // Reads the rows' ends on the host, where stop strings are checked too; finished rows hand their sample out and
+  // fall idle. Returns whether any row is still running or any sample waits.
+  bool check() {
+    const auto done = done_.narrow(0, 0, in_use_).cpu();
+    const auto done_at = done.accessor<bool, 1>();
+    bool any_done = false;
+    for (int64_t r = 0; r < in_use_; ++r) any_done |= row_sample_[static_cast<size_t>(r)] >= 0 && done_at[r];
+    bool running = false;
+    if (any_done || options_.stop_when) {
+      const auto history = history_.narrow(0, 0, in_use_).cpu();
+      const auto log_probs = history_log_probs_.narrow(0, 0, in_use_).cpu();
+      const auto generated = generated_.narrow(0, 0, in_use_).cpu();
+      for (int64_t r = 0; r < in_use_; ++r) {
+        if (row_sample_[static_cast<size_t>(r)] < 0) continue;
+        running |= !scan_row(r, history[r], log_probs[r], generated[r].item<int64_t>());
+      }
+    } else {
+      for (int64_t r = 0; r < in_use_; ++r) running |= row_sample_[static_cast<size_t>(r)] >= 0;
+    }
+    return running || next_sample_ < samples_;
+  }
+
+  // Walks row r's tokens drawn since its last check; at its first end id, stop or length it hands the sample out
+  // and returns true.
+  bool scan_row(int64_t r, const torch::Tensor& history, const torch::Tensor& log_probs, int64_t generated) {
+    const auto row = static_cast<size_t>(r);
+    const auto tokens = history.accessor<int64_t, 1>();
+    auto& so_far = generated_host_[row];
+    const int64_t last = std::min(generated, options_.max_new_tokens);
+    for (int64_t i = checked_[row]; i < last; ++i) {
+      so_far.push_back(static_cast<int32_t>(tokens[i]));
+      FinishReason finish = FinishReason::length;
+      bool ended = std::find(options_.end_ids.begin(), options_.end_ids.end(), so_far.back()) != options_.end_ids.end();
+      if (ended) {
+        finish = FinishReason::eos;
+      } else if (options_.stop_when && options_.stop_when(so_far)) {
+        ended = true;
+        finish = FinishReason::stop;
+      }
+      if (ended || i + 1 == options_.max_new_tokens) {
+        auto& sample = out_[static_cast<size_t>(row_sample_[row])];
+        sample.prompt_index = row_sample_[row] / options_.num_samples;
+        sample.tokens = so_far;
+        const auto lp = log_probs.narrow(0, 0, i + 1).contiguous();
+        sample.log_probs.assign(lp.data_ptr<float>(), lp.data_ptr<float>() + i + 1);
+        sample.finish = finish;
+        row_sample_[row] = -1;
+        return true;
+      }
+    }
+    checked_[row] = last;
+    return false;
+  }
+
+  // With no sample waiting, rows still running move to the front of the smallest bucket that holds them once
+  // they fill half of the batch or less; returns the tokens the moved rows feed next.
+  torch::Tensor compact_if_sparse(const torch::Tensor& tokens) {
+    std::vector<int64_t> kept;
+    for (int64_t r = 0; r < in_use_; ++r)
+      if (row_sample_[static_cast<size_t>(r)] >= 0) kept.push_back(r);
+    const auto active = static_cast<int64_t>(kept.size());
+    if (active == 0 || 2 * active > in_use_) return tokens;
+    const int64_t bucket = bucket_for(active, rows_);
+    decoder_->compact(kept, bucket);
+    const auto index = torch::tensor(kept, torch::kLong).to(device_);
+    for (auto* state : {&sequence_, &generated_, &done_, &history_, &history_log_probs_})
+      state->narrow(0, 0, active).copy_(state->index_select(0, index));
+    done_.narrow(0, active, rows_ - active).fill_(true);
+    for (int64_t i = 0; i < active; ++i) {
+      const auto from = static_cast<size_t>(kept[static_cast<size_t>(i)]);
+      if (from == static_cast<size_t>(i)) continue;
+      row_sample_[static_cast<size_t>(i)] = row_sample_[from];
+      checked_[static_cast<size_t>(i)] = checked_[from];
+      generated_host_[static_cast<size_t>(i)] = std::move(generated_host_[from]);
+    }
+    std::fill(row_sample_.begin() + active, row_sample_.end(), -1);
+    in_use_ = bucket;
+    auto next = torch::zeros({bucket}, tokens.options());
+    next.narrow(0, 0, active).copy_(tokens.index_select(0, index));
+    return next;
+  }
+
+  const std::vector<std::vector<int32_t>>& prompts_;
+  const ArSampleOptions& options_;
+  torch::Device device_;
+  int64_t samples_;
+  int64_t interval_;
+  int64_t width_;  // history columns: max_new_tokens and the steps a row may run past its end before a check
+  kernels::FilterParams filter_;
+  std::unique_ptr<RowDecoder> decoder_;
+  int64_t rows_ = 0, in_use_ = 0;
+  bool continuous_ = true;
+  int64_t next_sample_ = 0;
+  // Per row, on the device: its sample's key, tokens drawn, whether it ended, and what it drew.
+  torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
+  torch::Tensor end_ids_;
+  torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
+  // Per row, on the host: its sample (−1: idle), tokens already checked, and those tokens.
+  std::vector<int64_t> row_sample_, checked_;
+  std::vector<std::vector<int32_t>> generated_host_;
+  std::vector<ArSample> out_;
+};
 }  // namespace
 
 std::string to_string(FinishReason reason) {
@@ -180,66 +304,13 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   check_inputs(model, prompts, options);
   const auto start_time = std::chrono::steady_clock::now();
   c10::InferenceMode inference;
-  const auto device = model->parameters().front().device();
-  auto generator = at::globalContext().defaultGenerator(device).clone();
-  generator.set_current_seed(static_cast<uint64_t>(options.seed));
-
-  const auto batch = left_pad(prompts, options.num_samples, device);
-  const int64_t rows = batch.tokens.size(0);
-  const int64_t max_new = options.max_new_tokens;
-  auto drawn = torch::empty({rows, max_new}, batch.tokens.options());
-  auto drawn_log_probs = torch::empty({rows, max_new}, batch.tokens.options().dtype(torch::kFloat));
-  auto finished = torch::zeros({rows}, batch.real.options());
-
-  // With a cache the prompt is prefilled once and each step feeds only the newest token; without one, every
-  // step runs the whole sequence so far.
-  auto cache = model->make_kv_cache(rows, batch.tokens.size(1) + max_new);
-  auto sequence = batch.tokens;
-  // The head runs on the last position only: the one whose logits are drawn from.
-  const auto last_logits = [&](const torch::Tensor& hidden) {
-    return model->logits(hidden.select(1, -1), HeadRows::tokens);
-  };
-  WindowInputs window;  // without a cache: the whole sequence so far, every step
-  window.positions = batch.positions;
-  window.key_padding = batch.real;
-  auto logits = options.use_kv_cache
-                    ? last_logits(model->extend_cache(sequence, cache, {MaskMode::causal, batch.positions, batch.real}))
-                    : last_logits(model->hidden_states(sequence, window));
-  const auto decoder = make_decoder(model, cache, rows, options);
-
-  StopTracker stops(options, rows);
-  int64_t steps = 0;
-  while (steps < max_new) {
-    const auto draw = draw_tokens(logits, options.sampling, generator);
-    drawn.select(1, steps).copy_(draw.tokens);
-    drawn_log_probs.select(1, steps).copy_(draw.log_probs);
-    if (stops.active()) stops.update(draw.tokens, steps, finished);
-    ++steps;
-    for (const int32_t end_id : options.end_ids) finished |= draw.tokens == end_id;
-    if ((!options.end_ids.empty() || stops.active()) && finished.all().item<bool>()) break;
-    if (steps == max_new) break;
-
-    const auto token = draw.tokens.unsqueeze(1);
-    const auto position = (batch.lengths + (steps - 1)).unsqueeze(1);
-    if (decoder) {
-      logits = decoder->step(draw.tokens, position);
-    } else if (options.use_kv_cache) {
-      logits = last_logits(model->extend_cache(token, cache, {MaskMode::causal, position, {}}));
-    } else {
-      sequence = torch::cat({sequence, token}, 1);
-      window.positions = torch::cat({window.positions, position}, 1);
-      window.key_padding = torch::cat({window.key_padding, torch::ones_like(token, batch.real.options())}, 1);
-      logits = last_logits(model->hidden_states(sequence, window));
-    }
-  }
-
+  DecodeRun run(model, prompts, options);
   ArSampleResult result;
-  result.samples = collect(drawn, drawn_log_probs, steps, options.num_samples, options.end_ids,
-                           stops.stop_steps());
+  result.samples = run.run();
   for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);
-  result.cuda_graph = decoder && decoder->graphed();
+  result.cuda_graph = run.graphed();
   return result;
 }
 

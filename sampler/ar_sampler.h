@@ -7,27 +7,30 @@
 #include <vector>
 
 #include "models/language_model.h"
+#include "sampler/row_decoders.h"
 #include "sampler/sampling.h"
 
 namespace inkstone {
-
-// How a decode step runs with a KV cache. automatic: a replayed CUDA graph on CUDA when the model allows one
-// (graph_decode_obstacle in sampler/decode_step.h), else a growing cache; growing_cache: attention reads the filled
-// slots only (the fastest eager form); fixed_window: the graph's eager twin (every slot read, the unfilled ones
-// masked); cuda_graph: the graph, refused where it cannot run.
-enum class DecodeMode { automatic, growing_cache, fixed_window, cuda_graph };
 
 struct ArSampleOptions {
   int64_t num_samples = 1;  // per prompt
   int64_t max_new_tokens = 128;
   SamplingParams sampling;
-  int64_t seed = 0;           // same seed, same model, same device: same samples
+  // Draws are keyed by (seed, prompt key, sample index, position): prompt p's key is first_prompt + p, so a
+  // sample does not depend on the batch, the rows decoded at once, the order rows are refilled in, or the device.
+  int64_t seed = 0;
+  int64_t first_prompt = 0;
   std::vector<int32_t> end_ids;  // a row stops after drawing any of these (eos, a chat model's end of turn); none:
                                  // rows run to max_new_tokens
+  // Rows decoded at once (0: every sample of every prompt). A row that finishes takes the next waiting sample at
+  // once (continuous batching); once none waits, finished rows are compacted away into a smaller batch bucket.
+  int64_t max_rows = 0;
+  bool continuous = true;     // false: one batch of every sample, run until its last row ends (the engine before
+                              // continuous batching; the benchmark's baseline)
   bool use_kv_cache = true;   // false: recompute the whole sequence every step (benchmark baseline)
   DecodeMode decode = DecodeMode::automatic;  // with the cache
-  // Called on a row's generated tokens after each draw; true ends that row there (e.g. a stop string in the
-  // decoded tail). Unset: no host copy per step.
+  // Called on a row's generated tokens (each prefix since the last check, in order); true ends that row there
+  // (e.g. a stop string in the decoded tail). Unset: only end ids and the length end a row.
   std::function<bool(const std::vector<int32_t>& generated)> stop_when;
 };
 
@@ -50,9 +53,9 @@ struct ArSampleResult {
   bool cuda_graph = false;        // the decode steps replayed a captured CUDA graph
 };
 
-// Runs every sample of every prompt as one batch on the model's device, under inference mode. Prompts are
-// left-padded (CacheInputs). Throws InputError for an empty prompt, an id outside the vocabulary, or options
-// out of range.
+// Runs every sample of every prompt on the model's device, under inference mode, max_rows rows at a time
+// (docs/sampling.md, "Continuous batching"). Throws InputError for an empty prompt, an id outside the vocabulary,
+// or options out of range.
 ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
                                      const ArSampleOptions& options);
 

@@ -44,20 +44,20 @@ FixedWindowDecoder::FixedWindowDecoder(LanguageModel model, KVCache& cache, int6
   const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device);
   tokens_ = torch::zeros({rows, 1}, i64);
   positions_ = torch::zeros({rows, 1}, i64);
-  slot_ = torch::zeros({1}, i64);
+  slots_ = torch::zeros({rows}, i64);
 }
 
 FixedWindowDecoder::~FixedWindowDecoder() = default;
 
 torch::Tensor FixedWindowDecoder::forward() {
-  return model_->logits(model_->decode_at_slot(tokens_, positions_, cache_, slot_).select(1, 0), HeadRows::tokens);
+  return model_->logits(model_->decode_at_slot(tokens_, positions_, cache_, slots_).select(1, 0), HeadRows::tokens);
 }
 
-torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch::Tensor& positions) {
-  TORCH_CHECK(cache_.length() < cache_.capacity(), "KV cache full: ", cache_.length(), " slots");
+torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch::Tensor& positions,
+                                       const torch::Tensor& slots) {
   tokens_.copy_(tokens.view({-1, 1}));
   positions_.copy_(positions.view({-1, 1}));
-  slot_.fill_(cache_.length());
+  slots_.copy_(slots);
   torch::Tensor logits;
   if (!use_graph_) {
     logits = forward();
@@ -67,7 +67,7 @@ torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch:
       // Capture on a side stream of the model's device (whichever device is current: a data-parallel rank's model
       // need not be on it), after warm-up forwards that create what the forward makes lazily (cuBLAS handles and
       // workspaces, the cache's slot index, RoPE frequencies on the device). They write this step's keys and values
-      // into its own slot, which the replay writes again.
+      // into their own slots, which the replay writes again.
       const auto device = tokens_.device().index();
       c10::cuda::CUDAGuard on_model_device(tokens_.device());
       torch::cuda::synchronize(device);
@@ -86,7 +86,6 @@ torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch:
     logits = logits_;
 #endif
   }
-  cache_.advance(1);
   return logits;
 }
 

@@ -20,20 +20,22 @@ namespace inkstone {
 // the host).
 std::string graph_decode_obstacle(const ModelConfig& config);
 
-// One token per row against a fixed-window KV cache (KVCache::append_at): the inputs go into static buffers, and
-// the model forward runs eagerly or, with a graph, is captured at the first step and replayed after. The eager
-// form is the graph's twin, so the two give the same logits.
+// One token per row against a KV cache's rows in use, each row at its own slot (KVCache::append_at): the inputs
+// go into static buffers, and the model forward runs eagerly or, with a graph, is captured at the first step and
+// replayed after. The eager form is the graph's twin, so the two give the same logits. A graph holds the cache's
+// buffers and its rows: one decoder per batch bucket.
 class FixedWindowDecoder {
  public:
-  // The cache must hold a prefill already. use_graph needs a CUDA model and an empty graph_decode_obstacle.
+  // The cache must hold a prefill already and use `rows` rows. use_graph needs a CUDA model and an empty
+  // graph_decode_obstacle.
   FixedWindowDecoder(LanguageModel model, KVCache& cache, int64_t rows, bool use_graph);
   ~FixedWindowDecoder();
   FixedWindowDecoder(const FixedWindowDecoder&) = delete;
   FixedWindowDecoder& operator=(const FixedWindowDecoder&) = delete;
 
-  // tokens, positions: [rows] int64 on the model's device; the step writes cache slot cache.length() and advances
-  // the cache. Returns the next-token logits [rows, V] fp32, valid until the next step.
-  torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& positions);
+  // tokens, positions, slots: [rows] int64 on the model's device; row r writes its cache slot slots[r]. Returns
+  // the next-token logits [rows, V] fp32, valid until the next step.
+  torch::Tensor step(const torch::Tensor& tokens, const torch::Tensor& positions, const torch::Tensor& slots);
 
   bool graphed() const { return use_graph_; }
 
@@ -45,7 +47,7 @@ class FixedWindowDecoder {
   bool use_graph_;
   torch::Tensor tokens_;     // [rows, 1] int64
   torch::Tensor positions_;  // [rows, 1] int64
-  torch::Tensor slot_;       // [1] int64
+  torch::Tensor slots_;      // [rows] int64
   torch::Tensor logits_;     // [rows, V] fp32: the captured forward's output
   struct CapturedGraph;
   std::unique_ptr<CapturedGraph> graph_;

@@ -33,6 +33,9 @@ Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
   sample.seed = options.seed;
   sample.end_ids = options.end_ids;
   sample.decode = options.decode;
+  sample.max_rows = options.max_rows;
+  sample.continuous = options.continuous;
+  sample.first_prompt = first_group;  // a completion's draws follow its group, not its place in this call
   sample.stop_when = stop_string_check(tokenizer, options.stop);
   const ArSampleResult result = sample_autoregressive(model, prompts, sample);
 

@@ -21,6 +21,8 @@ struct RolloutOptions {
   std::vector<std::string> stop;  // a completion ends after the first of these appears in its decoded text
   std::vector<int32_t> end_ids;   // ... or after drawing one of these ids (PromptFormat::end_ids: eos, end of turn)
   DecodeMode decode = DecodeMode::automatic;
+  int64_t max_rows = 0;           // rows decoded at once (ArSampleOptions::max_rows); 0: every completion
+  bool continuous = true;         // ArSampleOptions::continuous
 };
 
 struct Rollouts {

@@ -20,6 +20,7 @@ void check_sampling_params(const SamplingParams& s) {
     throw InputError(fmt::format("sample.temperature = {} must be a finite number >= 0", s.temperature));
   if (s.top_k < 0) throw InputError(fmt::format("sample.top_k = {} must be >= 0", s.top_k));
   if (!(s.top_p > 0 && s.top_p <= 1)) throw InputError(fmt::format("sample.top_p = {} must be in (0, 1]", s.top_p));
+  if (!(s.min_p >= 0 && s.min_p <= 1)) throw InputError(fmt::format("sample.min_p = {} must be in [0, 1]", s.min_p));
 }
 
 torch::Tensor top_k_filter(const torch::Tensor& logits, int64_t k) {
@@ -40,20 +41,16 @@ torch::Tensor top_p_filter(const torch::Tensor& logits, double p) {
   return logits.masked_fill(drop, kMinusInf);
 }
 
+torch::Tensor min_p_filter(const torch::Tensor& logits, double p) {
+  if (p <= 0) return logits;
+  const auto floor = std::get<0>(logits.max(-1, /*keepdim=*/true)) + std::log(p);
+  return logits.masked_fill(logits < floor, kMinusInf);
+}
+
 torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingParams& params) {
   TORCH_CHECK(params.temperature > 0, "sampling_log_probs needs temperature > 0");
   auto scaled = logits.to(torch::kFloat) / params.temperature;
-  return top_p_filter(top_k_filter(scaled, params.top_k), params.top_p).log_softmax(-1);
-}
-
-Draw draw_tokens(const torch::Tensor& logits, const SamplingParams& params, at::Generator& generator) {
-  if (params.temperature == 0) {
-    const auto tokens = logits.argmax(-1);
-    return {tokens, torch::zeros(tokens.sizes(), logits.options().dtype(torch::kFloat))};
-  }
-  const auto log_probs = sampling_log_probs(logits, params);
-  const auto tokens = torch::multinomial(log_probs.exp(), 1, /*replacement=*/false, generator).squeeze(-1);
-  return {tokens, log_probs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)};
+  return min_p_filter(top_p_filter(top_k_filter(scaled, params.top_k), params.top_p), params.min_p).log_softmax(-1);
 }
 
 }  // namespace inkstone

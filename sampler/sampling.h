@@ -1,4 +1,6 @@
-// From next-token logits to a sampling distribution and a draw: temperature, then top-k, then top-p (nucleus).
+// From next-token logits to a sampling distribution: temperature, then top-k, top-p (nucleus) and min-p. The
+// draw itself is the keyed kernel's (sampler/kernels/token_draw.h); these composites are its reference and give
+// the trainer the same distribution's log-probs.
 #pragma once
 #include <cstdint>
 
@@ -11,6 +13,7 @@ struct SamplingParams {
   double temperature = 1.0;  // 0: greedy
   int64_t top_k = 0;         // 0: off
   double top_p = 1.0;        // 1: off
+  double min_p = 0.0;        // 0: off; keeps tokens at least min_p times as likely as the most likely one
 };
 
 // Per row, logits outside the k largest become −inf (values tied with the k-th are kept).
@@ -20,19 +23,17 @@ torch::Tensor top_k_filter(const torch::Tensor& logits, int64_t k);
 // probability mass is >= p; the others become −inf.
 torch::Tensor top_p_filter(const torch::Tensor& logits, double p);
 
-// Log-probabilities of the distribution tokens are drawn from: log_softmax(top_p(top_k(logits / temperature))),
-// over the last dimension in fp32. Requires temperature > 0.
-// InputError unless temperature is finite and >= 0, top_k >= 0 and top_p in (0, 1] (NaN included).
+// min-p (Nguyen et al. 2024): per row, logits more than −log(p) below the largest become −inf (on logits already
+// divided by the temperature: x̂_v >= p · max x̂).
+torch::Tensor min_p_filter(const torch::Tensor& logits, double p);
+
+// InputError unless temperature is finite and >= 0, top_k >= 0, top_p in (0, 1] and min_p in [0, 1] (NaN
+// included).
 void check_sampling_params(const SamplingParams& params);
 
+// Log-probabilities of the distribution tokens are drawn from: log_softmax of the kept logits / temperature, over
+// the last dimension in fp32. Requires temperature > 0.
+
 torch::Tensor sampling_log_probs(const torch::Tensor& logits, const SamplingParams& params);
-
-struct Draw {
-  torch::Tensor tokens;     // [N] int64
-  torch::Tensor log_probs;  // [N] fp32, of each drawn token under the sampling distribution
-};
-
-// One token per row of logits [N, V]. Temperature 0 takes the argmax, whose log-probability is 0 (a point mass).
-Draw draw_tokens(const torch::Tensor& logits, const SamplingParams& params, at::Generator& generator);
 
 }  // namespace inkstone

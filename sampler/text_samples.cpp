@@ -11,7 +11,9 @@ ArSampleOptions ar_sample_options(const SampleConfig& sample, const PromptFormat
   options.sampling.temperature = sample.temperature;
   options.sampling.top_k = sample.top_k;
   options.sampling.top_p = sample.top_p;
+  options.sampling.min_p = sample.min_p;
   options.seed = sample.seed;
+  options.max_rows = sample.batch_size;
   options.decode = sample.cuda_graphs ? DecodeMode::automatic : DecodeMode::growing_cache;
   options.end_ids = format.end_ids();
   return options;

@@ -63,6 +63,7 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.min_p = o.min_p.value_or(sample.min_p);
   if (o.posterior) sample.posterior = choice_named<PosteriorPrecision>(*o.posterior).value();
   sample.block_size = o.block_size.value_or(sample.block_size);
+  sample.batch_size = o.batch_size.value_or(sample.batch_size);
   return sample;
 }
 
@@ -116,7 +117,6 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
   if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
-  if (o.min_p) throw InputError("--min-p is a diffusion option; this checkpoint is autoregressive");
   if (o.posterior) throw InputError("--posterior is a diffusion option; this checkpoint is autoregressive");
 
   const PromptFormat format(trained.config.chat, tokenizer);
@@ -308,11 +308,11 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-cache", o->no_cache, "Diffusion in blocks: recompute the committed blocks at every step");
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
       ->check(count_range(0, 1000000));
-  cmd->add_option("--min-p", o->min_p, "Diffusion: keep tokens with x̂ >= min-p times the largest")
+  cmd->add_option("--min-p", o->min_p, "Keep tokens at least min-p times as likely as the most likely one (diffusion: on x̂)")
       ->check(CLI::Range(0.0, 0.999));
   cmd->add_option("--posterior", o->posterior, "Diffusion: float64 | float32, the precision of x̂ and the posterior")
       ->check(choice_member<PosteriorPrecision>());
-  cmd->add_option("--batch-size", o->batch_size, "Diffusion: sequences per denoiser call")
+  cmd->add_option("--batch-size", o->batch_size, "Sequences decoded at once (AR: rows refilled as they finish; diffusion: per denoiser call)")
       ->check(count_range(1, 1 << 20));
   cmd->add_flag("--eager", o->eager,
                 "The eager reference paths: diffusion's float64 step instead of the fused one, AR decoding "

@@ -55,4 +55,21 @@ INKSTONE_HD inline uint64_t position_subsequence(uint64_t sequence, uint64_t pos
 // Counter offset of vocabulary pair `pair` (ids 2 pair and 2 pair + 1) at sampler step `step`.
 INKSTONE_HD inline uint64_t step_offset(uint32_t step, uint64_t pair) { return (static_cast<uint64_t>(step) << 32) | pair; }
 
+// The CPU's uniforms: Philox blocks computed here, one per vocabulary pair; the serial walk asks for ids in order,
+// so the block of the last pair is kept for its second id.
+struct PhiloxUniforms {
+  uint64_t seed, subsequence;
+  uint32_t step;
+  uint64_t pair = ~uint64_t{0};
+  PhiloxBlock block{};
+  double at(int64_t v) {
+    const auto wanted = static_cast<uint64_t>(v) / 2;
+    if (wanted != pair) {
+      pair = wanted;
+      block = philox4x32_10(seed, subsequence, step_offset(step, pair));
+    }
+    return v % 2 == 0 ? uniform_from_words(block.x, block.y) : uniform_from_words(block.z, block.w);
+  }
+};
+
 }  // namespace inkstone::kernels

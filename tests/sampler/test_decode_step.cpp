@@ -1,5 +1,6 @@
-// Fixed-window decoding (the form a CUDA graph replays) against the growing KV cache: the same logits step by step
-// for padded prompts of different lengths, the same samples, and the models whose step cannot be captured named.
+// Per-row decoding at a fixed window (the form a CUDA graph replays) against the growing KV cache: the same logits
+// step by step for padded prompts of different lengths, the same samples, and the models whose step cannot be
+// captured named.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -46,12 +47,12 @@ TEST(FixedWindowDecoding, GivesTheGrowingCachesLogitsEveryStep) {
     const auto positions = growing.lengths + step;
     const auto hidden = model->extend_cache(tokens.unsqueeze(1), growing.cache, {MaskMode::causal, positions.unsqueeze(1), {}});
     expected = model->logits(hidden.select(1, -1), HeadRows::tokens);
-    const auto got = decoder.step(tokens, positions);
-    ASSERT_EQ(fixed.cache.length(), growing.cache.length());
+    const auto got = decoder.step(tokens, positions, torch::full({2}, 5 + step, torch::kLong));
     EXPECT_TRUE(torch::allclose(got, expected, 1e-5, 1e-5)) << "step " << step << ": max difference "
                                                             << (got - expected).abs().max().item<double>();
   }
-  EXPECT_THROW(decoder.step(expected.argmax(-1), growing.lengths + 7), c10::Error);  // no slot left
+  EXPECT_THROW(decoder.step(expected.argmax(-1), growing.lengths + 7, torch::full({2}, 12, torch::kLong)),
+               c10::Error);  // no slot left
 }
 
 TEST(FixedWindowDecoding, SamplesWhatTheGrowingCacheSamples) {

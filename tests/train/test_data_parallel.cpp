@@ -91,6 +91,9 @@ Config tiny_rl_config(double timeout_s) {
   config.objective.name = "gflowrl";
   config.run.threads = 1;
   config.rl.task = "arithmetic";
+  // Groups whose rewards are all alike still train (a random policy rarely answers right), so that every step
+  // updates the weights and the router biases.
+  config.gflowrl.filter_degenerate = false;
   config.rl.prompts_per_step = 4;
   config.rl.group_size = 4;
   config.rl.mini_batches = 2;
@@ -350,8 +353,8 @@ TEST_F(DataParallel, AStopSignalToOneRankStopsEveryRankAfterTheSameStep) {
 
 // RL over 2 ranks: each rolls out 2 of the step's 4 prompts, and after every step both hold the same weights to
 // the bit (the same summed gradient, the same router-bias update from the summed expert load); rank 0 alone
-// writes the metrics and a checkpoint that knows both ranks' random streams. (Rollouts are sampled per rank, so
-// the run is not the 1-process run draw for draw; the gradient sum itself is the one tested above.)
+// writes the metrics and a checkpoint that knows both ranks' random streams. (Rollout draws are keyed by global
+// group, so each rank draws the completions one process would; the gradient sum itself is the one tested above.)
 TEST_F(DataParallel, RlRanksRollOutTheirShareAndStayInStep) {
   const auto dir = *dir_ / "rl";
   std::filesystem::create_directories(dir);

@@ -1,0 +1,236 @@
+#include "sampler/row_decoders.h"
+
+#include <algorithm>
+#include <map>
+
+#include <torch/torch.h>
+
+#include "models/kv_cache.h"
+#include "sampler/decode_step.h"
+
+namespace inkstone {
+namespace {
+
+// Prompts left-padded to the longest, the padding marked, positions 0..len−1 of each.
+struct PaddedPrompts {
+  torch::Tensor tokens;     // [N, P] int64
+  torch::Tensor real;       // [N, P] bool
+  torch::Tensor positions;  // [N, P] int64
+  torch::Tensor lengths;    // [N] int64
+};
+
+template <typename Id>
+PaddedPrompts left_pad(const std::vector<const std::vector<Id>*>& prompts, torch::Device device) {
+  size_t longest = 0;
+  for (const auto* prompt : prompts) longest = std::max(longest, prompt->size());
+  const auto rows = static_cast<int64_t>(prompts.size());
+  const auto width = static_cast<int64_t>(longest);
+  auto tokens = torch::zeros({rows, width}, torch::kLong);
+  auto lengths = torch::empty({rows}, torch::kLong);
+  auto tokens_at = tokens.accessor<int64_t, 2>();
+  auto lengths_at = lengths.accessor<int64_t, 1>();
+  for (int64_t r = 0; r < rows; ++r) {
+    const auto& prompt = *prompts[r];
+    const int64_t pad = width - static_cast<int64_t>(prompt.size());
+    for (size_t i = 0; i < prompt.size(); ++i) tokens_at[r][pad + static_cast<int64_t>(i)] = prompt[i];
+    lengths_at[r] = static_cast<int64_t>(prompt.size());
+  }
+  const auto slot = torch::arange(width, torch::kLong).unsqueeze(0);
+  const auto first_real = (width - lengths).unsqueeze(1);
+  return {tokens.to(device), (slot >= first_real).to(device), (slot - first_real).clamp_min(0).to(device),
+          lengths.to(device)};
+}
+
+torch::Tensor last_logits(LanguageModel& model, const torch::Tensor& hidden) {
+  return model->logits(hidden.select(1, -1), HeadRows::tokens);
+}
+
+torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device device) {
+  return torch::tensor(values, torch::kLong).to(device);
+}
+
+// A KV cache with one slot counter per row: a row starts at slot 0 with its prompt's prefill (prompts named by
+// several rows, the G samples of one prompt, are prefilled once and copied), then writes its own next slot each
+// step; the attention mask reads each row's own slots (KVCache::append_at).
+class PerRowCacheDecoder : public RowDecoder {
+ public:
+  PerRowCacheDecoder(LanguageModel model, const RowDecoderSpec& spec, bool use_graph)
+      : model_(std::move(model)),
+        device_(model_->parameters().front().device()),
+        cache_(model_->make_kv_cache(spec.rows, spec.capacity)),
+        capacity_(spec.capacity),
+        read_every_slot_(spec.decode == DecodeMode::fixed_window || use_graph),
+        use_graph_(use_graph),
+        slots_(torch::zeros({spec.rows}, torch::TensorOptions().dtype(torch::kLong).device(device_))),
+        positions_(torch::zeros_like(slots_)),
+        host_slots_(static_cast<size_t>(spec.rows), 0) {}
+
+  torch::Tensor start(const std::vector<int64_t>& rows,
+                      const std::vector<const std::vector<int32_t>*>& prompts) override {
+    std::map<const std::vector<int32_t>*, int64_t> unique;
+    std::vector<const std::vector<int32_t>*> distinct;
+    std::vector<int64_t> sources;
+    for (const auto* prompt : prompts) {
+      const auto [at, added] = unique.emplace(prompt, static_cast<int64_t>(distinct.size()));
+      if (added) distinct.push_back(prompt);
+      sources.push_back(at->second);
+    }
+    const auto batch = left_pad(distinct, device_);
+    const int64_t width = batch.tokens.size(1);
+    KVCache prefill = model_->make_kv_cache(static_cast<int64_t>(distinct.size()), width);
+    const auto logits = last_logits(
+        model_, model_->extend_cache(batch.tokens, prefill, {MaskMode::causal, batch.positions, batch.real}));
+    const auto targets = index_tensor(rows, device_);
+    const auto from = index_tensor(sources, device_);
+    cache_.adopt_rows(targets, prefill, from);
+    slots_.index_fill_(0, targets, width);
+    positions_.index_copy_(0, targets, batch.lengths.index_select(0, from));
+    for (const int64_t row : rows) host_slots_[static_cast<size_t>(row)] = width;
+    return logits.index_select(0, from);
+  }
+
+  torch::Tensor step(const torch::Tensor& tokens) override {
+    const int64_t rows = cache_.rows();
+    const auto slots = slots_.narrow(0, 0, rows);
+    const auto positions = positions_.narrow(0, 0, rows);
+    torch::Tensor logits;
+    if (use_graph_) {
+      auto& graph = graphs_[rows];
+      if (!graph) graph = std::make_unique<FixedWindowDecoder>(model_, cache_, rows, true);
+      logits = graph->step(tokens, positions, slots);
+    } else {
+      const auto longest = *std::max_element(host_slots_.begin(), host_slots_.begin() + rows);
+      cache_.limit_reads(read_every_slot_ ? capacity_ : longest + 1);
+      logits = last_logits(model_, model_->decode_at_slot(tokens.view({rows, 1}), positions.view({rows, 1}), cache_,
+                                                          slots));
+    }
+    // A finished row that waits for a refill keeps stepping: its slot stays inside the cache.
+    slots.add_(1).clamp_max_(capacity_ - 1);
+    positions.add_(1).clamp_max_(capacity_ - 1);
+    for (int64_t r = 0; r < rows; ++r)
+      host_slots_[static_cast<size_t>(r)] = std::min(host_slots_[static_cast<size_t>(r)] + 1, capacity_ - 1);
+    return logits;
+  }
+
+  void compact(const std::vector<int64_t>& kept, int64_t rows) override {
+    const auto index = index_tensor(kept, device_);
+    cache_.gather_rows(index);
+    const auto n = static_cast<int64_t>(kept.size());
+    for (auto* state : {&slots_, &positions_}) state->narrow(0, 0, n).copy_(state->index_select(0, index));
+    std::vector<int64_t> host(host_slots_.size(), 0);
+    for (size_t i = 0; i < kept.size(); ++i) host[i] = host_slots_[static_cast<size_t>(kept[i])];
+    host_slots_ = std::move(host);
+    cache_.use_rows(rows);
+  }
+
+  bool graphed() const override { return use_graph_; }
+
+ private:
+  LanguageModel model_;
+  torch::Device device_;
+  KVCache cache_;
+  int64_t capacity_;
+  bool read_every_slot_;
+  bool use_graph_;
+  torch::Tensor slots_;      // [rows] int64: each row's next slot
+  torch::Tensor positions_;  // [rows] int64: each row's next RoPE position
+  std::vector<int64_t> host_slots_;  // the same slots, for the read limit
+  std::map<int64_t, std::unique_ptr<FixedWindowDecoder>> graphs_;  // one per batch bucket
+};
+
+// A KV cache whose slots every row shares (left-padded prompts, one append per step): all rows start together
+// and none is refilled. Models with hidden streams decode several slots per token this way.
+class SharedCacheDecoder : public RowDecoder {
+ public:
+  SharedCacheDecoder(LanguageModel model, const RowDecoderSpec& spec)
+      : model_(std::move(model)), cache_(model_->make_kv_cache(spec.rows, spec.capacity)) {}
+
+  torch::Tensor start(const std::vector<int64_t>& rows,
+                      const std::vector<const std::vector<int32_t>*>& prompts) override {
+    TORCH_CHECK(cache_.length() == 0 && static_cast<int64_t>(rows.size()) == cache_.batch_size(),
+                "a shared KV cache starts every row at once");
+    const auto batch = left_pad(prompts, model_->parameters().front().device());
+    positions_ = batch.lengths;
+    return last_logits(model_,
+                       model_->extend_cache(batch.tokens, cache_, {MaskMode::causal, batch.positions, batch.real}));
+  }
+
+  torch::Tensor step(const torch::Tensor& tokens) override {
+    const auto logits = last_logits(model_, model_->extend_cache(tokens.unsqueeze(1), cache_,
+                                                                 {MaskMode::causal, positions_.unsqueeze(1), {}}));
+    positions_ = positions_ + 1;
+    return logits;
+  }
+
+  void compact(const std::vector<int64_t>&, int64_t) override {
+    TORCH_CHECK(false, "a shared KV cache keeps its rows");
+  }
+
+  bool refills() const override { return false; }
+
+ private:
+  LanguageModel model_;
+  KVCache cache_;
+  torch::Tensor positions_;  // [rows] int64
+};
+
+// No cache: every step runs each row's whole sequence so far (left-padded), the baseline the cache is measured
+// against.
+class RecomputeDecoder : public RowDecoder {
+ public:
+  RecomputeDecoder(LanguageModel model, const RowDecoderSpec& spec)
+      : model_(std::move(model)), sequences_(static_cast<size_t>(spec.rows)), rows_(spec.rows) {}
+
+  torch::Tensor start(const std::vector<int64_t>& rows,
+                      const std::vector<const std::vector<int32_t>*>& prompts) override {
+    for (size_t i = 0; i < rows.size(); ++i)
+      sequences_[static_cast<size_t>(rows[i])].assign(prompts[i]->begin(), prompts[i]->end());
+    return run(rows);
+  }
+
+  torch::Tensor step(const torch::Tensor& tokens) override {
+    const auto host = tokens.cpu();
+    const auto drawn = host.accessor<int64_t, 1>();
+    std::vector<int64_t> rows;
+    for (int64_t r = 0; r < rows_; ++r) {
+      sequences_[static_cast<size_t>(r)].push_back(drawn[r]);
+      rows.push_back(r);
+    }
+    return run(rows);
+  }
+
+  void compact(const std::vector<int64_t>& kept, int64_t rows) override {
+    std::vector<std::vector<int64_t>> moved(sequences_.size());
+    for (size_t i = 0; i < kept.size(); ++i) moved[i] = std::move(sequences_[static_cast<size_t>(kept[i])]);
+    sequences_ = std::move(moved);
+    rows_ = rows;
+  }
+
+ private:
+  torch::Tensor run(const std::vector<int64_t>& rows) {
+    std::vector<const std::vector<int64_t>*> sequences;
+    for (const int64_t r : rows) sequences.push_back(&sequences_[static_cast<size_t>(r)]);
+    const auto batch = left_pad(sequences, model_->parameters().front().device());
+    WindowInputs window;
+    window.positions = batch.positions;
+    window.key_padding = batch.real;
+    return last_logits(model_, model_->hidden_states(batch.tokens, window));
+  }
+
+  LanguageModel model_;
+  std::vector<std::vector<int64_t>> sequences_;  // per row: prompt and tokens so far
+  int64_t rows_;
+};
+
+}  // namespace
+
+std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec) {
+  if (!spec.use_kv_cache) return std::make_unique<RecomputeDecoder>(std::move(model), spec);
+  if (model->config().hidden_streams > 1) return std::make_unique<SharedCacheDecoder>(std::move(model), spec);
+  const bool graph = spec.decode == DecodeMode::cuda_graph ||
+                     (spec.decode == DecodeMode::automatic && model->parameters().front().device().is_cuda() &&
+                      graph_decode_obstacle(model->config()).empty());
+  return std::make_unique<PerRowCacheDecoder>(std::move(model), spec, graph);
+}
+
+}  // namespace inkstone

@@ -1,0 +1,49 @@
+// The model side of autoregressive decoding (sampler/ar_sampler.h): a batch of rows, each started on a prompt,
+// fed one token per step, moved to the front when others finish. The engine draws, checks ends and hands out
+// prompts; a decoder only turns tokens into next-token logits (docs/sampling.md, "Continuous batching").
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include <torch/types.h>
+
+#include "models/language_model.h"
+
+namespace inkstone {
+
+// How a decode step runs with a KV cache. automatic: a replayed CUDA graph on CUDA when the model allows one
+// (graph_decode_obstacle in sampler/decode_step.h), else growing_cache; growing_cache: attention reads each row's
+// slots up to the longest row (the fastest eager form); fixed_window: the graph's eager twin (every slot read,
+// each row's unfilled ones masked); cuda_graph: the graph, refused where it cannot run.
+enum class DecodeMode { automatic, growing_cache, fixed_window, cuda_graph };
+
+class RowDecoder {
+ public:
+  virtual ~RowDecoder() = default;
+  // Starts rows[i] on *prompts[i] (rows naming one prompt share its prefill) and returns their next-token logits
+  // [rows.size(), V] fp32 on the model's device.
+  virtual torch::Tensor start(const std::vector<int64_t>& rows,
+                              const std::vector<const std::vector<int32_t>*>& prompts) = 0;
+  // Feeds one token per row in use ([rows in use] int64) and returns the next-token logits [rows in use, V] fp32,
+  // valid until the next call.
+  virtual torch::Tensor step(const torch::Tensor& tokens) = 0;
+  // Row kept[i] becomes row i, and the first `rows` rows are the ones in use from now on.
+  virtual void compact(const std::vector<int64_t>& kept, int64_t rows) = 0;
+  // False: one start of every row and no compaction (the cache cannot give rows lengths of their own).
+  virtual bool refills() const { return true; }
+  virtual bool graphed() const { return false; }
+};
+
+struct RowDecoderSpec {
+  int64_t rows = 1;         // the batch
+  int64_t capacity = 1;     // slots a row may fill: its prompt, its new tokens and the engine's slack
+  bool use_kv_cache = true;  // false: every step recomputes every row's whole sequence (the benchmark baseline)
+  DecodeMode decode = DecodeMode::automatic;
+};
+
+// The decoder for this model and spec: a KV cache with a slot per row and step (per-row decoding), a KV cache
+// whose slots all rows share (models with hidden streams, which decode several slots per token), or none.
+std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec);
+
+}  // namespace inkstone

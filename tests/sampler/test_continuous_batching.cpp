@@ -1,0 +1,133 @@
+// Continuous batching (sampler/ar_sampler.h): a sample is the same whatever rows are decoded at once, whichever
+// rows finish first and take the next prompt, whether finished rows are compacted into smaller buckets, whichever
+// cache form decodes it (per-row slots reading the longest row or every slot, a cache shared by all rows, or no
+// cache), and for every mixer the engine serves; ends found on the device are the ends a host scan finds.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <set>
+
+#include "dataset/byte_tokenizer.h"
+#include "models/language_model.h"
+#include "sampler/ar_sampler.h"
+#include "sampler/rollout.h"
+#include "tests/fixtures.h"
+#include "tests/sampler/sampler_fixtures.h"
+
+namespace inkstone {
+namespace {
+
+using testing::kSamplerVocab;
+
+// Five prompts of different lengths.
+const std::vector<std::vector<int32_t>> kVariedPrompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9, 10}, {11}, {12, 13}, {14, 15, 16, 17}};
+
+ArSampleOptions varied_options() {
+  ArSampleOptions o;
+  o.num_samples = 3;
+  o.max_new_tokens = 14;
+  o.seed = 21;
+  o.decode = DecodeMode::growing_cache;
+  return o;
+}
+
+// End ids that the free run draws early in some rows and never in others, so that rows end at varied lengths.
+std::vector<int32_t> varied_end_ids(LanguageModel& model) {
+  const auto free_run = sample_autoregressive(model, kVariedPrompts, varied_options());
+  return {free_run.samples[0].tokens[3], free_run.samples[4].tokens[6]};
+}
+
+void expect_same_samples(const ArSampleResult& got, const ArSampleResult& expected, const std::string& what) {
+  ASSERT_EQ(got.samples.size(), expected.samples.size()) << what;
+  for (size_t i = 0; i < got.samples.size(); ++i) {
+    EXPECT_EQ(got.samples[i].prompt_index, expected.samples[i].prompt_index) << what << " sample " << i;
+    EXPECT_EQ(got.samples[i].tokens, expected.samples[i].tokens) << what << " sample " << i;
+    EXPECT_EQ(got.samples[i].finish, expected.samples[i].finish) << what << " sample " << i;
+    ASSERT_EQ(got.samples[i].log_probs.size(), expected.samples[i].log_probs.size()) << what;
+    for (size_t t = 0; t < got.samples[i].log_probs.size(); ++t)
+      EXPECT_NEAR(got.samples[i].log_probs[t], expected.samples[i].log_probs[t], 1e-4) << what << " sample " << i;
+  }
+}
+
+TEST(ContinuousBatching, SamplesDoNotDependOnRowsBucketsRefillsOrCacheForm) {
+  auto model = testing::peaked_tiny_model();
+  auto o = varied_options();
+  o.end_ids = varied_end_ids(model);
+  // A stop rule the host checks: a row ends once it has drawn token 7 twice.
+  o.stop_when = [](const std::vector<int32_t>& generated) {
+    return std::count(generated.begin(), generated.end(), 7) >= 2;
+  };
+  o.max_rows = 0;
+  o.continuous = false;  // one batch of every sample until the last ends: the reference
+  const auto reference = sample_autoregressive(model, kVariedPrompts, o);
+  std::set<size_t> lengths;
+  std::set<FinishReason> finishes;
+  for (const auto& s : reference.samples) {
+    lengths.insert(s.tokens.size());
+    finishes.insert(s.finish);
+  }
+  ASSERT_GE(lengths.size(), 4u) << "the rows must end at varied lengths for refills to happen";
+  ASSERT_EQ(finishes.size(), 3u) << "eos, stop and length must all occur";
+
+  o.continuous = true;
+  for (const int64_t rows : {0, 1, 2, 5, 7}) {
+    o.max_rows = rows;
+    for (const auto mode : {DecodeMode::growing_cache, DecodeMode::fixed_window}) {
+      o.decode = mode;
+      expect_same_samples(sample_autoregressive(model, kVariedPrompts, o), reference,
+                          "max_rows " + std::to_string(rows) + (mode == DecodeMode::fixed_window ? " fixed" : ""));
+    }
+  }
+  o.use_kv_cache = false;
+  o.max_rows = 4;
+  expect_same_samples(sample_autoregressive(model, kVariedPrompts, o), reference, "no cache, 4 rows");
+}
+
+// Mixers with state of their own (short convolutions), routed residuals, and hidden streams (whose rows share
+// one cache and are never refilled) decode the same samples with the cache, refilled, as without it.
+TEST(ContinuousBatching, EveryBackboneDecodesTheSameSamplesWithAndWithoutTheCache) {
+  struct Backbone {
+    const char* name;
+    void (*edit)(ModelConfig&);
+  };
+  const Backbone backbones[] = {
+      {"short convolutions", [](ModelConfig& c) { c.mixer_pattern = "AC"; }},
+      {"mhar residual", [](ModelConfig& c) { c.residual = ResidualMode::mhar; }},
+      {"hidden streams", [](ModelConfig& c) { c.hidden_streams = 2; }},
+  };
+  for (const auto& backbone : backbones) {
+    ModelConfig config = testing::peaked_model_config();
+    backbone.edit(config);
+    torch::manual_seed(11);
+    auto model = build_language_model(config, kSamplerVocab);
+    auto o = varied_options();
+    o.end_ids = varied_end_ids(model);
+    o.use_kv_cache = false;
+    o.continuous = false;
+    const auto reference = sample_autoregressive(model, kVariedPrompts, o);
+    o.use_kv_cache = true;
+    o.continuous = true;
+    o.max_rows = 3;
+    expect_same_samples(sample_autoregressive(model, kVariedPrompts, o), reference, backbone.name);
+  }
+}
+
+// RL rollouts key a completion by its global group: a prompt sampled beside others, or alone under its group id,
+// on another rank, gives the same completions.
+TEST(ContinuousBatching, ARolloutDependsOnItsGroupNotOnItsBatch) {
+  auto model = testing::peaked_tiny_model();
+  ByteTokenizer tokenizer;
+  RolloutOptions o;
+  o.group_size = 3;
+  o.max_new_tokens = 10;
+  o.seed = 4;
+  o.decode = DecodeMode::growing_cache;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2}, {3, 4, 5}, {6}};
+  const auto together = generate_rollouts(model, tokenizer, prompts, o, /*first_group=*/10);
+  o.max_rows = 2;
+  const auto alone = generate_rollouts(model, tokenizer, {prompts[2]}, o, /*first_group=*/12);
+  for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(alone.completions[s], together.completions[6 + s]) << "sample " << s;
+}
+
+}  // namespace
+}  // namespace inkstone
