@@ -70,6 +70,8 @@ enum class WindowMode { pack, pad };  // data.mode
 INKSTONE_CHOICE(WindowMode, "pack", "pad");
 enum class LrScheduleKind { cosine, wsd, constant };  // schedule.kind
 INKSTONE_CHOICE(LrScheduleKind, "cosine", "wsd", "constant");
+enum class CacheFormat { weights, bf16 };  // sample.cache_dtype: the layers' own dtype, or bf16
+INKSTONE_CHOICE(CacheFormat, "weights", "bf16");
 enum class PosteriorPrecision { float64, float32 };  // sample.posterior
 INKSTONE_CHOICE(PosteriorPrecision, "float64", "float32");
 // grpo.aggregation (docs/rl.md, "Loss aggregation")
@@ -336,11 +338,14 @@ struct SampleConfig {
   int64_t block_size;          // diffusion: generate in blocks of this many positions; 0: the run's block size
   std::string diffusion_sampler;  // named by sampler/diffusion_sampler.cpp
   std::string noise_removal;      // diffusion final step, named there too
-  double min_p;                // diffusion: keep x̂_v >= min_p · max x̂
-  int64_t batch_size;          // diffusion: sequences per denoiser call
+  double min_p;                // keep tokens at least min_p times as likely as the likeliest (diffusion: on x̂)
+  int64_t batch_size;          // sequences decoded at once (AR rows; diffusion sequences per denoiser call)
+  double confidence_threshold;  // diffusion confidence samplers: also commit every open position scoring >= this
+  bool approximate_cache;      // diffusion in blocks, whole-window models: reuse the context's keys per block
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
   PosteriorPrecision posterior; // diffusion: float64 | float32, the precision of x̂, the posterior and the draw
   bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)
+  CacheFormat cache_dtype;     // AR decoding: the KV cache's keys and values as the layers make them, or bf16
 };
 
 // What a run shows besides metrics.jsonl (docs/observability.md).

@@ -370,6 +370,13 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, min_p, 0.0,
                      "Keep tokens at least min_p times as likely as the most likely one (diffusion: on x̂); 0: off.")
           .range(0, 0.999),
+      INKSTONE_FIELD(sample, confidence_threshold, 0.0,
+                     "Diffusion confidence and adaptive samplers: each step also commits every open position whose "
+                     "score reaches this (parallel decoding, docs/diffusion.md, \"Threshold decoding\"); 0: off.")
+          .range(0, 1),
+      INKSTONE_FIELD(sample, approximate_cache, false,
+                     "Diffusion in blocks with a model trained on whole windows: compute the context's keys and "
+                     "values once per block (docs/diffusion.md, \"Approximate prefix cache\")."),
       INKSTONE_FIELD(sample, batch_size, int64_t{256},
                      "Sequences decoded at once: AR rows, each refilled with the next waiting sequence as it "
                      "finishes; diffusion sequences per denoiser call.")
@@ -381,6 +388,9 @@ std::vector<FieldSpec> build_schema() {
                             "Diffusion: the precision of x̂, the posterior and the draw, in the fused step's registers or "
                             "the eager step's [B, L, V] tensors (float32 halves the eager step's memory and runs the "
                             "fused step at a GPU's float rate)."),
+      INKSTONE_CHOICE_FIELD(sample, cache_dtype, CacheFormat::weights,
+                            "AR decoding: the KV cache as the layers compute it, or bf16 (half the memory and memory "
+                            "traffic of an fp32 model's cache; attention then runs in bf16, docs/sampling.md)."),
       INKSTONE_FIELD(sample, cuda_graphs, true,
                      "AR decoding on CUDA: replay one captured decode step (attention + dense models); false: "
                      "eager steps."),

@@ -143,11 +143,14 @@ torch::Tensor AttentionImpl::forward(const torch::Tensor& u, const AttentionCont
 
   // Grouped queries: query head h reads KV head ⌊h·n_kv/n_q⌋ (compat::sdpa repeats K and V only where libtorch
   // cannot group).
+  // A cache kept in another dtype than the layer's (sample.cache_dtype): attention runs in the cache's.
+  const auto compute_dtype = q.scalar_type();
+  if (k.scalar_type() != compute_dtype) q = q.to(k.scalar_type());
   const auto y = context.document_buckets
                      ? attend_within_documents(q, k, v, *context.document_buckets, context.mode == MaskMode::causal,
                                                sink_)
                      : compat::sdpa(q, k, v, context.mask.allowed, context.mask.is_causal, sink_);
-  const auto heads = y.transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_});
+  const auto heads = y.to(compute_dtype).transpose(1, 2).reshape({u.size(0), u.size(1), n_heads_ * head_dim_});
   return plus_lora(o_proj, heads, o_proj(heads));
 }
 

@@ -4,10 +4,11 @@
 
 namespace inkstone {
 
-KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity)
+KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity, std::optional<torch::ScalarType> storage)
     : batch_size_(batch_size),
       capacity_(capacity),
       rows_(batch_size),
+      storage_(storage),
       read_limit_(capacity),
       keys_(num_layers),
       values_(num_layers),
@@ -36,8 +37,9 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
   if (!keys.defined()) {
     // Zeros, not empty: a fixed-window step reads every slot, masked ones too, and a masked slot holding NaN
     // garbage would turn its zero attention weight into NaN (0 · NaN).
-    keys = torch::zeros({batch_size_, k.size(1), capacity_, k.size(3)}, k.options());
-    values = torch::zeros({batch_size_, v.size(1), capacity_, v.size(3)}, v.options());
+    const auto options = k.options().dtype(storage_.value_or(k.scalar_type()));
+    keys = torch::zeros({batch_size_, k.size(1), capacity_, k.size(3)}, options);
+    values = torch::zeros({batch_size_, v.size(1), capacity_, v.size(3)}, options);
   }
   const int64_t end = length_ + k.size(2);
   keys.slice(2, length_, end).copy_(k);
@@ -64,8 +66,8 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append_at(int64_t layer, const 
   auto keys = keys_[layer].narrow(0, 0, rows_);
   auto values = values_[layer].narrow(0, 0, rows_);
   const auto index = per_row(slots, rows_).view({rows_, 1, 1, 1}).expand({rows_, k.size(1), 1, k.size(3)});
-  keys.scatter_(2, index, k);
-  values.scatter_(2, index, v);
+  keys.scatter_(2, index, k.to(keys.scalar_type()));
+  values.scatter_(2, index, v.to(values.scalar_type()));
   return {keys.narrow(2, 0, read_limit_), values.narrow(2, 0, read_limit_)};
 }
 

@@ -2,6 +2,7 @@
 // incremental decoding: prefill the prompt once, then feed one new token per step.
 #pragma once
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -15,7 +16,9 @@ namespace inkstone {
 // positions (see CacheInputs); per-row decoding (append_at) gives each row its own slot.
 class KVCache {
  public:
-  KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity);
+  // storage: the dtype keys and values are kept in; undefined: the dtype each layer produces.
+  KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity,
+          std::optional<torch::ScalarType> storage = std::nullopt);
 
   int64_t length() const { return length_; }  // slots filled by earlier forwards
   int64_t capacity() const { return capacity_; }
@@ -70,6 +73,7 @@ class KVCache {
   int64_t batch_size_;
   int64_t capacity_;
   int64_t rows_;        // the leading rows in use (use_rows)
+  std::optional<torch::ScalarType> storage_;
   int64_t read_limit_;  // limit_reads
   int64_t length_ = 0;
   std::vector<torch::Tensor> keys_;

@@ -305,8 +305,9 @@ torch::Tensor LanguageModelImpl::embed_streams(const torch::Tensor& tokens) {
   return streams_.interleave(copies);
 }
 
-KVCache LanguageModelImpl::make_kv_cache(int64_t batch_size, int64_t capacity) const {
-  return KVCache(config_.n_layers, batch_size, streams_.streams() * capacity);
+KVCache LanguageModelImpl::make_kv_cache(int64_t batch_size, int64_t capacity,
+                                         std::optional<torch::ScalarType> storage) const {
+  return KVCache(config_.n_layers, batch_size, streams_.streams() * capacity, storage);
 }
 
 ParamCounts LanguageModelImpl::param_counts() const {

@@ -119,7 +119,8 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   ResidentUnits whole_parameters() const { return execution_.whole(2 * config_.n_layers); }
 
   // A cache for `batch_size` rows of up to `capacity` tokens (prompt plus generated).
-  KVCache make_kv_cache(int64_t batch_size, int64_t capacity) const;
+  KVCache make_kv_cache(int64_t batch_size, int64_t capacity,
+                        std::optional<torch::ScalarType> storage = std::nullopt) const;
   ParamCounts param_counts() const;
   // Forward multiply-adds ×2 per token with `context` tokens visible: every weight matrix (the head included, the
   // embedding lookup not), attention scores and values, and the routing sites, n times over with hidden decoding

@@ -53,7 +53,9 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
   size_t longest = 0;
   for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
   const double length = static_cast<double>(longest) + static_cast<double>(options.max_new_tokens);
-  const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * 4;
+  const auto element = static_cast<double>(options.cache_dtype ? c10::elementSize(*options.cache_dtype)
+                                                              : model->parameters().front().element_size());
+  const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * element;
   require_memory(cache + 4.0 * rows * model->vocab_size() * 4, model->parameters().front().device(),
                  fmt::format("sampling {} rows of {} positions", rows, length));
   check_sampling_params(s);
@@ -98,6 +100,7 @@ class DecodeRun {
     spec.capacity = static_cast<int64_t>(longest) + width_;
     spec.use_kv_cache = options.use_kv_cache;
     spec.decode = options.decode;
+    spec.cache_dtype = options.cache_dtype;
     decoder_ = make_row_decoder(model, spec);
     if (!decoder_->refills() && spec.rows < samples_) {  // (its buffers come with the first prefill: none yet)
       spec.rows = samples_;

@@ -3,6 +3,7 @@
 #pragma once
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,8 @@ struct ArSampleOptions {
                               // continuous batching; the benchmark's baseline)
   bool use_kv_cache = true;   // false: recompute the whole sequence every step (benchmark baseline)
   DecodeMode decode = DecodeMode::automatic;  // with the cache
+  std::optional<torch::ScalarType> cache_dtype;  // the KV cache's keys and values in this dtype (bf16: half an fp32
+                                                 // model's cache); unset: as the layers compute them
   // Called on a row's generated tokens (each prefix since the last check, in order); true ends that row there
   // (e.g. a stop string in the decoded tail). Unset: only end ids and the length end a row.
   std::function<bool(const std::vector<int32_t>& generated)> stop_when;

@@ -9,6 +9,7 @@
 #include "core/counter_hash.h"
 #include "core/errors.h"
 #include "models/attention_mask.h"
+#include "models/block_registry.h"
 #include "models/kv_cache.h"
 
 namespace inkstone {
@@ -48,6 +49,45 @@ Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, co
   };
 }
 
+// The approximate prefix cache (docs/diffusion.md, "Approximate prefix cache"; Fast-dLLM, Wu et al. 2025): a
+// bidirectional model's context reads the noisy block too, so its keys and values change as the block is
+// denoised. They are computed from [context | z] at the block's first model call (and every `refresh_every` calls),
+// and every call then runs the block alone against them; refreshed at every call, this is the exact recomputation.
+Denoiser prefix_cached_denoiser(LanguageModel model, const torch::Tensor& committed, KVCache& cache,
+                                int64_t refresh_every) {
+  int64_t step = 0;
+  return [=, &cache](const torch::Tensor& z, const torch::Tensor&) mutable {
+    const int64_t start = committed.size(1);
+    const bool refresh = step == 0 || (refresh_every > 0 && step % refresh_every == 0);
+    ++step;
+    if (refresh) {
+      cache.rewind(0);
+      model->extend_cache(torch::cat({committed, z}, 1), cache, {MaskMode::bidirectional, {}, {}});
+      cache.rewind(start * model->config().hidden_streams);
+    }
+    const int64_t kept = cache.length();
+    auto logits = model->logits(model->extend_cache(z, cache, {MaskMode::bidirectional, {}, {}}));
+    cache.rewind(kept);
+    return logits;
+  };
+}
+
+void check_approximate_cache(const LanguageModel& model, const DiffusionProcess& process,
+                             const BlockSampleOptions& options) {
+  if (!options.approximate_cache) return;
+  if (options.use_cache)
+    throw InputError("the approximate prefix cache is for models trained on whole windows; a block-diffusion model "
+                     "keeps its exact cache");
+  if (process.shifted_outputs)
+    throw InputError("the approximate prefix cache runs the block alone, and diffusion.shifted_outputs reads a "
+                     "block's first token from the position before it; sample without it");
+  if (!every_token_mixer(model->config(), &TokenMixerKind::follows_attention_rule) || model->config().qkv_conv)
+    throw InputError("the approximate prefix cache winds its KV cache back after every step, which a convolution's "
+                     "state cannot be (model.mixer_pattern, model.qkv_conv); sample without it");
+  if (options.refresh_every < 0)
+    throw InputError(fmt::format("refresh_every = {} must be >= 0", options.refresh_every));
+}
+
 }  // namespace
 
 BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& process,
@@ -62,6 +102,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
         "a KV cache of committed blocks needs a model trained with diffusion.block_size > 0 "
         "(block-causal); sample without the cache");
   if (process.time_conditioned) throw InputError("generating in blocks needs a model without time conditioning");
+  check_approximate_cache(model, process, options);
   const int64_t blocks = (options.max_new_tokens + block - 1) / block;
   const int64_t prompt_length = static_cast<int64_t>(prompt.size());
   const int64_t total = prompt_length + blocks * block;
@@ -78,6 +119,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
 
   BlockSampleResult result;
   std::optional<KVCache> cache;
+  if (options.approximate_cache) cache.emplace(model->make_kv_cache(rows, total));
   if (options.use_cache) {
     cache.emplace(model->make_kv_cache(rows, total));
     if (prompt_length > 0) {
@@ -92,13 +134,16 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
     per_block.seed = static_cast<int64_t>(
         counter_hash({static_cast<uint64_t>(options.per_block.seed), static_cast<uint64_t>(b)}) >> 1);
     const DiffusionCanvas canvas{torch::zeros({rows, block}, torch::kLong), torch::zeros({rows, block}, torch::kBool)};
-    const auto denoiser = block_denoiser(model, process, committed, prompt_length, block, cache ? &*cache : nullptr);
+    const auto denoiser =
+        options.approximate_cache
+            ? prefix_cached_denoiser(model, committed, *cache, options.refresh_every)
+            : block_denoiser(model, process, committed, prompt_length, block, cache ? &*cache : nullptr);
     const auto done = sample_diffusion(denoiser, process, canvas, per_block, device);
     result.model_calls += done.model_calls;
     const auto tokens = done.tokens.to(device);
     committed = torch::cat({committed, tokens}, 1);
     ++result.blocks;
-    if (cache) {
+    if (options.use_cache) {
       model->extend_cache(tokens, *cache, {MaskMode::bidirectional, {}, {}});  // the committed block joins the cache
       ++result.model_calls;
     }

@@ -4,7 +4,8 @@
 // A model trained as block diffusion (diffusion.block_size > 0) reads its context under the block-causal rule, and
 // then the keys and values of the committed blocks can be kept in a KV cache: each denoising step runs the model on
 // the block alone. Any other diffusion model reads prompt, committed blocks and the noisy block bidirectionally
-// (MDLM's semi-autoregressive strides), recomputing the context at every step.
+// (MDLM's semi-autoregressive strides): it recomputes the context at every step, or with the approximate cache
+// reuses the context's keys and values computed at the block's first step (Fast-dLLM's prefix cache).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -18,6 +19,11 @@ struct BlockSampleOptions {
   int64_t block_size = 16;
   int64_t max_new_tokens = 128;  // rounded up to whole blocks
   bool use_cache = true;         // block-diffusion models: committed blocks' keys and values are kept
+  // Models trained on whole windows: the context's keys and values are computed with the block's first step and
+  // reused for its other steps (docs/diffusion.md, "Approximate prefix cache"); refreshed again every
+  // `refresh_every` steps of a block (0: once per block; 1: every step, the exact recomputation).
+  bool approximate_cache = false;
+  int64_t refresh_every = 0;
   // The sampler run on each block; steps are per block. adaptive runs as confidence (its end anchor belongs to a
   // whole-window canvas). Block b draws with seed counter_hash(seed, b).
   DiffusionSampleOptions per_block;

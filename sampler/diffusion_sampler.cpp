@@ -38,14 +38,17 @@ torch::Tensor commits_at_step(const torch::Tensor& free_count, int64_t k, int64_
 // remasking): each row commits its `count` highest-scoring open positions to `drawn`, draws from x̂ (its argmax at
 // temperature 0); committed positions join the fixed ones. A position scores how much x̂ prefers another token to
 // the current one, max_v x̂_v − x̂_{z_i}: at a masked position x̂ has no mass on z, so the score is max_v x̂_v.
+// threshold > 0 (docs/diffusion.md, "Threshold decoding"; Fast-dLLM's parallel decoding): every open position
+// scoring at least the threshold is committed too.
 void confidence_step(torch::Tensor& z, torch::Tensor& open, const torch::Tensor& x_hat, const torch::Tensor& count,
-                     const torch::Tensor& drawn) {
+                     const torch::Tensor& drawn, double threshold) {
   const auto best = std::get<0>(x_hat.max(-1));
   const auto score = (best - x_hat.gather(-1, z.unsqueeze(-1)).squeeze(-1)).masked_fill(~open, -1.0);
   const auto order = score.argsort(-1, /*descending=*/true);
   const auto rank = torch::empty_like(order).scatter_(-1, order, torch::arange(z.size(1), order.options())
                                                                      .expand_as(order).contiguous());
-  const auto commit = open & rank.lt(count.unsqueeze(-1));
+  auto commit = open & rank.lt(count.unsqueeze(-1));
+  if (threshold > 0) commit |= open & score.ge(threshold);
   z = torch::where(commit, drawn, z);
   open = open & ~commit;
 }
@@ -128,6 +131,12 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
   if (!(options.min_p >= 0 && options.min_p < 1))
     throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.min_p));
   if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
+  if (!(options.confidence_threshold >= 0 && options.confidence_threshold <= 1))
+    throw InputError(fmt::format("sample.confidence_threshold = {} must be in [0, 1]", options.confidence_threshold));
+  if (options.confidence_threshold > 0 && options.method == DiffusionMethod::ancestral)
+    throw InputError(fmt::format("sample.confidence_threshold = {} needs the confidence or adaptive sampler "
+                                 "(sample.diffusion_sampler); ancestral steps commit no positions",
+                                 options.confidence_threshold));
   if (process.noise->masks() && process.mask_id < 0)
     throw InputError("diffusion noise that masks needs a tokenizer with a mask token");
   check_trajectory_recording(options);
@@ -245,13 +254,17 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
     } else {
       const auto drawn = draw(step_logits, from_estimate, clean_text, step);
       confidence_step(z, open, clean_token_probs(step_logits, process, score_filter, options.posterior_dtype),
-                      commits_at_step(free_count, k, steps), drawn);
+                      commits_at_step(free_count, k, steps), drawn, options.confidence_threshold);
     }
     z = torch::where(fixed, fixed_tokens, z);
     // Recording is for the ancestral sampler alone (check_trajectory_recording).
     if (options.record_trajectory) record(step_logits, before, t, process.noise->levels_at(t), process.noise->levels_at(s));
-    if (options.on_trace && options.trace_every > 0 && ((k + 1) % options.trace_every == 0 || k + 1 == steps))
+    // With a threshold, rows may commit every position before the last step; the steps left would change nothing.
+    const bool all_committed = options.confidence_threshold > 0 && !open.any().item<bool>();
+    if (options.on_trace && options.trace_every > 0 &&
+        ((k + 1) % options.trace_every == 0 || k + 1 == steps || all_committed))
       options.on_trace(k + 1, z);
+    if (all_committed) break;
   }
 
   // The last step from t_end to clean text (docs/diffusion.md, "Final step"); confidence sampling has committed

@@ -60,6 +60,9 @@ struct DiffusionSampleOptions {
   // temperature, top-k, top-p on x̂ — never on the posterior (docs/diffusion.md, "Filters on the model output")
   SamplingParams filter;
   double min_p = 0;       // fused only: keep x̂_v >= min_p · max x̂ (0: off)
+  // Confidence and adaptive samplers: a step commits, beside its share of the schedule, every open position whose
+  // score reaches this, and sampling ends once none is open (docs/diffusion.md, "Threshold decoding"); 0: off.
+  double confidence_threshold = 0;
   int64_t seed = 0;
   // The fused step (sampler/kernels/diffusion_step.h): no [B, L, V] float64 tensors, draws keyed by (seed, step,
   // sequence, position) so a sequence's sample does not depend on its batch; the CUDA kernel on a GPU. false: the

@@ -57,7 +57,8 @@ class PerRowCacheDecoder : public RowDecoder {
   PerRowCacheDecoder(LanguageModel model, const RowDecoderSpec& spec, bool use_graph)
       : model_(std::move(model)),
         device_(model_->parameters().front().device()),
-        cache_(model_->make_kv_cache(spec.rows, spec.capacity)),
+        cache_(model_->make_kv_cache(spec.rows, spec.capacity, spec.cache_dtype)),
+        cache_dtype_(spec.cache_dtype),
         capacity_(spec.capacity),
         read_every_slot_(spec.decode == DecodeMode::fixed_window || use_graph),
         use_graph_(use_graph),
@@ -77,7 +78,7 @@ class PerRowCacheDecoder : public RowDecoder {
     }
     const auto batch = left_pad(distinct, device_);
     const int64_t width = batch.tokens.size(1);
-    KVCache prefill = model_->make_kv_cache(static_cast<int64_t>(distinct.size()), width);
+    KVCache prefill = model_->make_kv_cache(static_cast<int64_t>(distinct.size()), width, cache_dtype_);
     const auto logits = last_logits(
         model_, model_->extend_cache(batch.tokens, prefill, {MaskMode::causal, batch.positions, batch.real}));
     const auto targets = index_tensor(rows, device_);
@@ -129,6 +130,7 @@ class PerRowCacheDecoder : public RowDecoder {
   LanguageModel model_;
   torch::Device device_;
   KVCache cache_;
+  std::optional<torch::ScalarType> cache_dtype_;
   int64_t capacity_;
   bool read_every_slot_;
   bool use_graph_;
@@ -143,7 +145,7 @@ class PerRowCacheDecoder : public RowDecoder {
 class SharedCacheDecoder : public RowDecoder {
  public:
   SharedCacheDecoder(LanguageModel model, const RowDecoderSpec& spec)
-      : model_(std::move(model)), cache_(model_->make_kv_cache(spec.rows, spec.capacity)) {}
+      : model_(std::move(model)), cache_(model_->make_kv_cache(spec.rows, spec.capacity, spec.cache_dtype)) {}
 
   torch::Tensor start(const std::vector<int64_t>& rows,
                       const std::vector<const std::vector<int32_t>*>& prompts) override {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include <torch/types.h>
@@ -40,6 +41,7 @@ struct RowDecoderSpec {
   int64_t capacity = 1;     // slots a row may fill: its prompt, its new tokens and the engine's slack
   bool use_kv_cache = true;  // false: every step recomputes every row's whole sequence (the benchmark baseline)
   DecodeMode decode = DecodeMode::automatic;
+  std::optional<torch::ScalarType> cache_dtype;  // keys and values kept in this dtype; unset: the layers'
 };
 
 // The decoder for this model and spec: a KV cache with a slot per row and step (per-row decoding), a KV cache

@@ -14,6 +14,7 @@ ArSampleOptions ar_sample_options(const SampleConfig& sample, const PromptFormat
   options.sampling.min_p = sample.min_p;
   options.seed = sample.seed;
   options.max_rows = sample.batch_size;
+  if (sample.cache_dtype == CacheFormat::bf16) options.cache_dtype = torch::kBFloat16;
   options.decode = sample.cuda_graphs ? DecodeMode::automatic : DecodeMode::growing_cache;
   options.end_ids = format.end_ids();
   return options;
@@ -29,6 +30,7 @@ DiffusionSampleOptions diffusion_sample_options(const SampleConfig& sample) {
   options.filter.top_p = sample.top_p;
   options.seed = sample.seed;
   options.min_p = sample.min_p;
+  options.confidence_threshold = sample.confidence_threshold;
   options.fused = sample.fused;
   options.posterior_dtype = sample.posterior == PosteriorPrecision::float32 ? torch::kFloat : torch::kDouble;
   return options;
@@ -44,6 +46,7 @@ BlockSampleOptions block_sample_options(const SampleConfig& sample, int64_t bloc
   options.block_size = block_size;
   options.max_new_tokens = sample.max_new_tokens;
   options.use_cache = process.block_size > 0;
+  options.approximate_cache = sample.approximate_cache;
   options.per_block = diffusion_sample_options(sample);
   return options;
 }

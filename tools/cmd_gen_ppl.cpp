@@ -31,6 +31,8 @@ struct GenPplOptions {
   std::string judge;
   std::vector<std::string> samplers = {"ancestral", "greedy-tail", "confidence", "adaptive"};
   std::vector<int64_t> steps = {8, 16, 32, 64, 128};
+  std::vector<double> thresholds = {0.0};  // confidence samplers (sample.confidence_threshold)
+  std::vector<std::string> caches = {"exact"};  // semi-ar samplers: exact (or none) | approximate
   int64_t num = 16;
   std::optional<int64_t> max_new_tokens, seed, batch_size, block_size;
   std::optional<double> temperature, top_p;
@@ -40,7 +42,8 @@ struct GenPplOptions {
 };
 
 // A sampler name of the grid as sampler options: greedy-tail is ancestral steps with an argmax last step (Duo);
-// semi-ar is ancestral steps within each block.
+// semi-ar is ancestral steps within each block, semi-ar-confidence confidence commits within each block (LLaDA's
+// semi-autoregressive remasking).
 void apply_sampler_name(const std::string& name, DiffusionSampleOptions& options) {
   options.noise_removal = NoiseRemoval::ancestral;
   if (name == "greedy-tail" || name == "semi-ar") {
@@ -48,16 +51,30 @@ void apply_sampler_name(const std::string& name, DiffusionSampleOptions& options
     if (name == "greedy-tail") options.noise_removal = NoiseRemoval::greedy;
     return;
   }
+  if (name == "semi-ar-confidence") {
+    options.method = DiffusionMethod::confidence;
+    return;
+  }
   options.method = diffusion_method_from_name(name, "gen-ppl --samplers");
+}
+
+bool in_blocks(const std::string& name) { return name == "semi-ar" || name == "semi-ar-confidence"; }
+
+// Samplers that commit positions by confidence, the ones a threshold applies to.
+bool commits_by_confidence(const std::string& name) {
+  return name == "confidence" || name == "adaptive" || name == "semi-ar-confidence";
 }
 
 struct GridRow {
   std::string sampler;
   int64_t steps = 0;
+  double threshold = 0;
+  std::string cache;
   JudgeScore judge;
   double entropy = 0;      // mean over samples, nats
   double mean_tokens = 0;  // generated tokens before the first end of text
   double seconds = 0;      // sampling only
+  int64_t model_calls = 0;
   std::string example;     // the first sample's text
   std::vector<std::string> texts;
 
@@ -97,6 +114,53 @@ GridRow autoregressive_row(const GenPplOptions& o, TrainedModel& run, TrainedMod
   return row;
 }
 
+// What every point of a diffusion run's grid shares.
+struct DiffusionGrid {
+  const GenPplOptions& o;
+  TrainedModel& run;
+  const DiffusionProcess& process;
+  const DiffusionCanvas& canvas;
+  const SampleConfig& sample;
+  int64_t new_tokens, block_size, batch_size;
+};
+
+// The `num` samples of one grid point (its sampler, steps, threshold and cache set in `row`), not yet scored.
+GridRow sample_grid_point(const DiffusionGrid& g, GridRow row) {
+  DiffusionSampleOptions options = diffusion_sample_options(g.sample);
+  apply_sampler_name(row.sampler, options);
+  options.steps = row.steps;
+  options.confidence_threshold = row.threshold;
+  auto collect = [&](const torch::Tensor& tokens, const torch::Tensor& fixed) {
+    const auto ids = generated_until_end(tokens, fixed, g.process.end_id);
+    row.add_sample(ids, g.run.tokenizer->decode(ids, false), g.o.num);
+  };
+  if (in_blocks(row.sampler)) {
+    // `steps` counts steps over the whole text: each block gets its share.
+    BlockSampleOptions blocks = block_sample_options(g.sample, g.block_size, g.process);
+    blocks.max_new_tokens = g.new_tokens;
+    blocks.approximate_cache = row.cache == "approximate";
+    blocks.per_block = options;
+    const int64_t count = (g.new_tokens + g.block_size - 1) / g.block_size;
+    blocks.per_block.steps = std::max<int64_t>(1, (row.steps + count - 1) / count);
+    const auto done =
+        sample_in_blocks(g.run.model, g.process, g.run.tokenizer->encode(g.o.prompt), g.o.num, blocks, g.run.device);
+    row.seconds = done.seconds;
+    row.model_calls = done.model_calls;
+    for (int64_t r = 0; r < g.o.num; ++r) collect(done.tokens[r], done.fixed[r]);
+    return row;
+  }
+  for (int64_t first = 0; first < g.o.num; first += g.batch_size) {
+    const int64_t count = std::min(g.batch_size, g.o.num - first);
+    options.first_sequence = first;
+    const DiffusionCanvas part{g.canvas.tokens.narrow(0, first, count), g.canvas.fixed.narrow(0, first, count)};
+    const auto done = sample_diffusion(model_denoiser(g.run.model, g.process), g.process, part, options, g.run.device);
+    row.seconds += done.seconds;
+    row.model_calls += done.model_calls;
+    for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
+  }
+  return row;
+}
+
 int gen_ppl(const GenPplOptions& o) {
   TrainedModel run = load_trained_model(o.checkpoint, o.device);
   const bool autoregressive = run.objective->needs().mask == MaskMode::causal;
@@ -116,9 +180,9 @@ int gen_ppl(const GenPplOptions& o) {
   }
   const int64_t batch_size = o.batch_size.value_or(sample.batch_size);
   const int64_t block_size = o.block_size.value_or(generation_block_size(sample, run.config.diffusion));
-  if (block_size < 1 && std::count(o.samplers.begin(), o.samplers.end(), "semi-ar") > 0)
+  if (block_size < 1 && std::any_of(o.samplers.begin(), o.samplers.end(), in_blocks))
     throw InputError(
-        "the semi-ar sampler needs --block-size (the run has no sample.block_size or "
+        "the semi-ar samplers need --block-size (the run has no sample.block_size or "
         "diffusion.block_size)");
   const DiffusionProcess process =
       diffusion_process_for(*run.objective, run.config, *run.tokenizer, run.model->vocab_size());
@@ -129,42 +193,20 @@ int gen_ppl(const GenPplOptions& o) {
                     "lower --max-new-tokens",
                     canvas.tokens.size(1), run.config.model.max_seq_len));
 
+  const DiffusionGrid grid{o, run, process, canvas, sample, new_tokens, block_size, batch_size};
   for (const auto& name : o.samplers) {
     for (const int64_t steps : o.steps) {
-      DiffusionSampleOptions options = diffusion_sample_options(sample);
-      apply_sampler_name(name, options);
-      options.steps = steps;
-      GridRow row{name, steps};
-      // The generated ids of one sampled row.
-      auto collect = [&](const torch::Tensor& tokens, const torch::Tensor& fixed) {
-        const auto ids = generated_until_end(tokens, fixed, process.end_id);
-        row.add_sample(ids, run.tokenizer->decode(ids, false), o.num);
-      };
-      if (name == "semi-ar") {
-        // `steps` counts steps over the whole text: each block gets its share.
-        BlockSampleOptions blocks = block_sample_options(sample, block_size, process);
-        blocks.max_new_tokens = new_tokens;
-        blocks.per_block = options;
-        const int64_t count = (new_tokens + block_size - 1) / block_size;
-        blocks.per_block.steps = std::max<int64_t>(1, (steps + count - 1) / count);
-        const auto done =
-            sample_in_blocks(run.model, process, run.tokenizer->encode(o.prompt), o.num, blocks, run.device);
-        row.seconds = done.seconds;
-        for (int64_t r = 0; r < o.num; ++r) collect(done.tokens[r], done.fixed[r]);
-      } else {
-        for (int64_t first = 0; first < o.num; first += batch_size) {
-          const int64_t count = std::min(batch_size, o.num - first);
-          options.first_sequence = first;
-          const DiffusionCanvas part{canvas.tokens.narrow(0, first, count), canvas.fixed.narrow(0, first, count)};
-          const auto done = sample_diffusion(model_denoiser(run.model, process), process, part, options, run.device);
-          row.seconds += done.seconds;
-          for (int64_t r = 0; r < count; ++r) collect(done.tokens[r], part.fixed[r]);
+      for (const double threshold : o.thresholds) {
+        for (const auto& cache : o.caches) {
+          if (threshold > 0 && !commits_by_confidence(name)) continue;
+          if (cache != "exact" && !in_blocks(name)) continue;
+          GridRow row = sample_grid_point(grid, {name, steps, threshold, cache});
+          row.score_with(judge);
+          fmt::print(stderr, "{} at {} steps, threshold {}, {} cache: Gen PPL {:.2f}, entropy {:.3f}, {:.1f} s\n",
+                     name, steps, threshold, cache, row.judge.perplexity(), row.entropy, row.seconds);
+          rows.push_back(row);
         }
       }
-      row.score_with(judge);
-      fmt::print(stderr, "{} at {} steps: Gen PPL {:.2f}, entropy {:.3f}, {:.1f} s\n", name, steps,
-                 row.judge.perplexity(), row.entropy, row.seconds);
-      rows.push_back(row);
     }
   }
 
@@ -177,14 +219,24 @@ int report(const GenPplOptions& o, const TrainedModel& run, const TrainedModel& 
   fmt::print("Gen PPL of {} samples ({} new tokens{}) of {} (step {}) under the judge {} (step {})\n\n", o.num,
              new_tokens, o.prompt.empty() ? "" : ", prompt \"" + o.prompt + "\"", o.checkpoint, run.step, o.judge,
              judge.step);
-  fmt::print("| sampler | steps | Gen PPL | entropy (nats) | tokens | seconds |\n|---|---:|---:|---:|---:|---:|\n");
+  fmt::print(
+      "| sampler | steps | threshold | cache | Gen PPL | entropy (nats) | tokens | model calls | tokens/s | seconds |\n"
+      "|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
   nlohmann::json grid = nlohmann::json::array();
   for (const auto& row : rows) {
-    fmt::print("| {} | {} | {:.2f} | {:.3f} | {:.1f} | {:.1f} |\n", row.sampler,
-               row.steps > 0 ? std::to_string(row.steps) : "-", row.judge.perplexity(), row.entropy, row.mean_tokens,
-               row.seconds);
+    // Generated tokens (up to each sample's end) per second of sampling.
+    const double tokens_per_s = row.mean_tokens * static_cast<double>(o.num) / std::max(row.seconds, 1e-9);
+    const std::string steps = row.steps > 0 ? std::to_string(row.steps) : "-";
+    const std::string threshold = row.threshold > 0 ? fmt::format("{}", row.threshold) : "-";
+    fmt::print("| {} | {} | {} | {} | {:.2f} | {:.3f} | {:.1f} | {} | {:.1f} | {:.1f} |\n", row.sampler, steps,
+               threshold, row.cache.empty() ? "-" : row.cache, row.judge.perplexity(), row.entropy, row.mean_tokens,
+               row.model_calls, tokens_per_s, row.seconds);
     grid.push_back({{"sampler", row.sampler},
                     {"steps", row.steps},
+                    {"threshold", row.threshold},
+                    {"cache", row.cache},
+                    {"model_calls", row.model_calls},
+                    {"tokens_per_s", tokens_per_s},
                     {"gen_ppl", row.judge.perplexity()},
                     {"judge_nll_sum", row.judge.nll_sum},
                     {"judge_tokens", row.judge.tokens},
@@ -218,14 +270,24 @@ void add_gen_ppl_command(CLI::App& app, Action& action) {
       ->required();
   cmd->add_option("--judge", o->judge, "Autoregressive run folder or checkpoint (an imported HF model too)")
       ->required();
-  cmd->add_option("--samplers", o->samplers, "ancestral, greedy-tail, confidence, adaptive, semi-ar (comma-separated)")
+  cmd->add_option("--samplers", o->samplers,
+                  "ancestral, greedy-tail, confidence, adaptive, semi-ar, semi-ar-confidence (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"ancestral", "greedy-tail", "confidence", "adaptive", "semi-ar"}));
+      ->check(CLI::IsMember({"ancestral", "greedy-tail", "confidence", "adaptive", "semi-ar", "semi-ar-confidence"}));
   cmd->add_option("--block-size", o->block_size, "semi-ar: positions per block (default: the run's)")
       ->check(count_range(1, 1 << 20));
   cmd->add_option("--steps", o->steps, "Denoising step counts (comma-separated)")
       ->delimiter(',')
       ->check(count_range(1, 1000000));
+  cmd->add_option("--thresholds", o->thresholds,
+                  "Confidence thresholds for the confidence samplers (comma-separated; 0: the step schedule alone)")
+      ->delimiter(',')
+      ->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--caches", o->caches,
+                  "semi-ar samplers: exact (the block-diffusion cache, or recomputing the context), approximate "
+                  "(the prefix cache, once per block) (comma-separated)")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"exact", "approximate"}));
   cmd->add_option("--num", o->num, "Samples per grid point")->check(count_range(1, 1000000));
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Positions to generate")->check(count_range(1, 1 << 24));
   cmd->add_option("--prompt", o->prompt, "Prefix every sample continues (default: none)");

@@ -1,6 +1,6 @@
 // `inkstone sample --checkpoint PATH | --run-dir DIR [--prompt TEXT | --prompts-file F | --infill TEMPLATE]
 //  [--num N] [--max-new-tokens T] [--temperature X] [--top-k K] [--top-p P] [--seed S] [--format text|jsonl]
-//  [--steps T] [--sampler ancestral|confidence|adaptive] [--block-size S [--no-cache]]
+//  [--steps T] [--sampler ancestral|confidence|adaptive] [--confidence-threshold C] [--block-size S [--no-cache]]
 //  [--noise-removal ancestral|greedy|none] [--trace K] [--param-dtype fp32|bf16]`
 // The checkpoint's objective picks the sampler: autoregressive decoding, or diffusion denoising.
 // Options left out take the run's [sample] values.
@@ -35,6 +35,7 @@ struct SampleOptions {
   std::optional<double> temperature, top_p;
   std::optional<int64_t> steps, block_size;
   bool no_cache = false;
+  bool approximate_cache = false;
   std::optional<std::string> diffusion_sampler, noise_removal;
   std::string infill;
   int64_t trace = 0;
@@ -42,8 +43,8 @@ struct SampleOptions {
   std::string device;
   bool keep_special = false;
   bool truncate_prompts = false;
-  std::optional<double> min_p;
-  std::optional<std::string> posterior;
+  std::optional<double> min_p, confidence_threshold;
+  std::optional<std::string> posterior, cache_dtype;
   std::optional<int64_t> batch_size;
   bool eager = false;
   std::optional<std::string> param_dtype;
@@ -61,7 +62,10 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.diffusion_sampler = o.diffusion_sampler.value_or(sample.diffusion_sampler);
   sample.noise_removal = o.noise_removal.value_or(sample.noise_removal);
   sample.min_p = o.min_p.value_or(sample.min_p);
+  sample.confidence_threshold = o.confidence_threshold.value_or(sample.confidence_threshold);
+  sample.approximate_cache = sample.approximate_cache || o.approximate_cache;
   if (o.posterior) sample.posterior = choice_named<PosteriorPrecision>(*o.posterior).value();
+  if (o.cache_dtype) sample.cache_dtype = choice_named<CacheFormat>(*o.cache_dtype).value();
   sample.block_size = o.block_size.value_or(sample.block_size);
   sample.batch_size = o.batch_size.value_or(sample.batch_size);
   return sample;
@@ -118,6 +122,10 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   const Tokenizer& tokenizer = *trained.tokenizer;
   if (!o.infill.empty()) throw InputError("--infill needs a diffusion checkpoint; this one is autoregressive");
   if (o.posterior) throw InputError("--posterior is a diffusion option; this checkpoint is autoregressive");
+  if (o.confidence_threshold)
+    throw InputError("--confidence-threshold is a diffusion option; this checkpoint is autoregressive");
+  if (o.approximate_cache)
+    throw InputError("--approximate-cache is a diffusion option; this checkpoint is autoregressive");
 
   const PromptFormat format(trained.config.chat, tokenizer);
   ArSampleOptions options = ar_sample_options(with_overrides(o, defaults), format);
@@ -169,7 +177,8 @@ int sample_blocks_run(const SampleOptions& o, TrainedModel& trained, const Diffu
   fmt::print(stderr, "{} prompts x {} samples, {} blocks of {} ({} steps each{}), {} model calls in {:.2f} s, "
                      "checkpoint step {}\n",
              prompts.size(), copies, blocks, options.block_size, options.per_block.steps,
-             options.use_cache ? ", KV cache" : "", calls, seconds, trained.step);
+             options.use_cache ? ", KV cache" : options.approximate_cache ? ", approximate prefix cache" : "", calls,
+             seconds, trained.step);
   return 0;
 }
 
@@ -188,6 +197,7 @@ void print_diffusion_sample(const SampleOptions& o, int64_t index, const torch::
 }
 
 int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
+  if (o.cache_dtype) throw InputError("--cache-dtype is an autoregressive option; this checkpoint is a diffusion model");
   const SampleConfig& defaults = trained.config.sample;
   const Tokenizer& tokenizer = *trained.tokenizer;
   const DiffusionProcess process = diffusion_process_for(*trained.objective, trained.config, tokenizer, trained.model->vocab_size());
@@ -205,6 +215,9 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
     if (o.no_cache) block_options.use_cache = false;
     return sample_blocks_run(o, trained, process, block_options, copies);
   }
+  if (settings.approximate_cache)
+    throw InputError("the approximate prefix cache (--approximate-cache, sample.approximate_cache) is for generating "
+                     "in blocks; give --block-size");
   // Prompts are prefixes (an empty one samples unconditionally); an infill template fixes text around holes.
   std::vector<std::string> prompts;
   std::vector<CanvasRow> layouts;
@@ -306,13 +319,23 @@ void add_sample_command(CLI::App& app, Action& action) {
                   "Diffusion: generate in blocks of this many positions (semi-autoregressive); 0: the whole window")
       ->check(count_range(0, 1 << 20));
   cmd->add_flag("--no-cache", o->no_cache, "Diffusion in blocks: recompute the committed blocks at every step");
+  cmd->add_flag("--approximate-cache", o->approximate_cache,
+                "Diffusion in blocks, models trained on whole windows: the context's keys and values once per block");
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
       ->check(count_range(0, 1000000));
-  cmd->add_option("--min-p", o->min_p, "Keep tokens at least min-p times as likely as the most likely one (diffusion: on x̂)")
+  cmd->add_option("--min-p", o->min_p,
+                  "Keep tokens at least min-p times as likely as the most likely one (diffusion: on x̂)")
       ->check(CLI::Range(0.0, 0.999));
+  cmd->add_option("--confidence-threshold", o->confidence_threshold,
+                  "Diffusion confidence/adaptive samplers: also commit every position scoring at least this per step "
+                  "(parallel decoding); 0: off")
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--posterior", o->posterior, "Diffusion: float64 | float32, the precision of x̂ and the posterior")
       ->check(choice_member<PosteriorPrecision>());
-  cmd->add_option("--batch-size", o->batch_size, "Sequences decoded at once (AR: rows refilled as they finish; diffusion: per denoiser call)")
+  cmd->add_option("--cache-dtype", o->cache_dtype, "AR: the KV cache as the layers compute it (weights) or bf16")
+      ->check(choice_member<CacheFormat>());
+  cmd->add_option("--batch-size", o->batch_size,
+                  "Sequences decoded at once (AR: rows refilled as they finish; diffusion: per denoiser call)")
       ->check(count_range(1, 1 << 20));
   cmd->add_flag("--eager", o->eager,
                 "The eager reference paths: diffusion's float64 step instead of the fused one, AR decoding "

@@ -64,6 +64,55 @@ TEST(BlockSampler, TheCacheOfCommittedBlocksGivesTheSamplesOfRecomputingThem) {
   }
 }
 
+// The approximate prefix cache (docs/diffusion.md, "Approximate prefix cache") of a model trained on whole
+// windows: refreshed at every model call, the block run alone against the context's keys and values gives the
+// samples of recomputing the whole sequence; refreshed once per block it still fills every block.
+TEST(BlockSampler, TheApproximateCacheRefreshedEveryCallIsTheExactRecomputation) {
+  auto model = random_model(71);
+  const auto process = byte_process(0);
+  const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
+  for (const auto& [method, temperature] :
+       {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
+    SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
+    auto options = options_for(method, temperature);
+    options.use_cache = false;
+    const auto exact = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+    options.approximate_cache = true;
+    options.refresh_every = 1;
+    const auto refreshed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+    EXPECT_TRUE(refreshed.tokens.equal(exact.tokens));
+    EXPECT_EQ(refreshed.model_calls, exact.model_calls);
+    options.refresh_every = 0;
+    const auto per_block = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+    ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
+    EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
+    EXPECT_TRUE(per_block.tokens.lt(256).all().item<bool>());
+  }
+}
+
+TEST(BlockSampler, TheApproximateCacheIsRefusedWhereItCannotWork) {
+  auto options = options_for(DiffusionMethod::ancestral, 1.0);
+  options.approximate_cache = true;
+  auto model = random_model(73);
+  options.use_cache = true;  // a block-diffusion model keeps its exact cache
+  EXPECT_NE(testing::input_error_of([&] { sample_in_blocks(model, byte_process(4), {65}, 1, options, torch::kCPU); })
+                .find("keeps its exact cache"),
+            std::string::npos);
+  options.use_cache = false;
+  auto shifted = byte_process(0);
+  shifted.shifted_outputs = true;
+  EXPECT_NE(testing::input_error_of([&] { sample_in_blocks(model, shifted, {65}, 1, options, torch::kCPU); })
+                .find("shifted_outputs"),
+            std::string::npos);
+  auto config = testing::tiny_model_config(0.3);
+  config.mixer_pattern = "AC";
+  torch::manual_seed(3);
+  auto conv = build_language_model(config, 260);
+  EXPECT_NE(testing::input_error_of([&] { sample_in_blocks(conv, byte_process(0), {65}, 1, options, torch::kCPU); })
+                .find("convolution"),
+            std::string::npos);
+}
+
 // A model whose every logit is 0 but end of text's: blocks add nothing (zero weights), every token embeds to the
 // same vector, and the untied head has one row, end of text's, along it.
 LanguageModel model_that_ends_every_text(int64_t end_id) {

@@ -272,6 +272,40 @@ TEST(DiffusionSampler, GreedyConfidenceCommitsTheArgmaxEverywhere) {
   }
 }
 
+// Threshold decoding (docs/diffusion.md, "Threshold decoding"): under masked noise a masked position scores
+// max x̂ = 0.687 for the reference x̂. A threshold below it commits every position at the first step, which is then
+// the one-step sample; a threshold above it leaves the schedule alone; the ancestral sampler refuses one.
+TEST(DiffusionSampler, AThresholdCommitsEveryPositionAboveItAndStopsEarly) {
+  const auto process = toy_process(ToyNoise::masked);
+  auto run = [&](int64_t steps, double threshold, std::vector<int64_t>* traced) {
+    DiffusionSampleOptions options;
+    options.steps = steps;
+    options.method = DiffusionMethod::confidence;
+    options.confidence_threshold = threshold;
+    options.seed = 4;
+    options.trace_every = 1;
+    options.on_trace = [traced](int64_t step, const torch::Tensor&) {
+      if (traced) traced->push_back(step);
+    };
+    return sample_diffusion(constant_denoiser(), process, free_canvas(3, 7), options, torch::kCPU).tokens;
+  };
+  std::vector<int64_t> traced;
+  const auto early = run(6, 0.6, &traced);
+  EXPECT_EQ(traced, (std::vector<int64_t>{1}));
+  EXPECT_TRUE(early.equal(run(1, 0, nullptr)));
+  traced.clear();
+  const auto scheduled = run(6, 0.7, &traced);
+  EXPECT_EQ(traced, (std::vector<int64_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_TRUE(scheduled.equal(run(6, 0, nullptr)));
+
+  DiffusionSampleOptions ancestral;
+  ancestral.confidence_threshold = 0.5;
+  const std::string refusal = testing::input_error_of(
+      [&] { sample_diffusion(constant_denoiser(), process, free_canvas(1, 3), ancestral, torch::kCPU); });
+  EXPECT_EQ(refusal, "sample.confidence_threshold = 0.5 needs the confidence or adaptive sampler "
+                     "(sample.diffusion_sampler); ancestral steps commit no positions");
+}
+
 TEST(DiffusionSampler, GreedyNoiseRemovalTakesTheArgmax) {
   DiffusionSampleOptions options;
   options.steps = 4;

@@ -36,16 +36,26 @@ TEST(GenPpl, GridOfSamplersAndStepsUnderAJudge) {
   const auto out = dir / "grid.json";
   const auto grid =
       run_cli({"gen-ppl", "--run-dir", diffusion.string(), "--judge", judge.string(), "--steps", "2,4", "--num", "3",
-               "--max-new-tokens", "8", "--samplers", "ancestral,adaptive,semi-ar", "--out", out.string()});
+               "--max-new-tokens", "8", "--samplers", "ancestral,adaptive,semi-ar", "--thresholds", "0,0.5",
+               "--out", out.string()});
   ASSERT_EQ(grid.exit_code, 0) << grid.output;
-  EXPECT_NE(grid.output.find("| sampler | steps | Gen PPL | entropy (nats) | tokens | seconds |"), std::string::npos);
+  EXPECT_NE(grid.output.find("| sampler | steps | threshold | cache | Gen PPL | entropy (nats) | tokens | model calls | "
+                             "tokens/s | seconds |"),
+            std::string::npos);
   const auto report = nlohmann::json::parse(std::ifstream(out));
-  ASSERT_EQ(report.at("grid").size(), 6u);
-  const std::vector<std::string> samplers = {"ancestral", "ancestral", "adaptive", "adaptive", "semi-ar", "semi-ar"};
-  for (size_t i = 0; i < 6; ++i) {
+  // The threshold axis applies to the adaptive sampler alone.
+  ASSERT_EQ(report.at("grid").size(), 8u);
+  const std::vector<std::string> samplers = {"ancestral", "ancestral", "adaptive", "adaptive",
+                                             "adaptive",  "adaptive",  "semi-ar",  "semi-ar"};
+  const std::vector<int64_t> steps = {2, 4, 2, 2, 4, 4, 2, 4};
+  const std::vector<double> thresholds = {0, 0, 0, 0.5, 0, 0.5, 0, 0};
+  for (size_t i = 0; i < 8; ++i) {
     const auto& row = report["grid"][i];
     EXPECT_EQ(row.at("sampler"), samplers[i]);
-    EXPECT_EQ(row.at("steps"), i % 2 == 0 ? 2 : 4);
+    EXPECT_EQ(row.at("steps"), steps[i]);
+    EXPECT_EQ(row.at("threshold").get<double>(), thresholds[i]);
+    EXPECT_LE(row.at("model_calls").get<int64_t>(), 3 * (steps[i] + 1)) << "at most steps + 1 per call";
+    EXPECT_GE(row.at("model_calls").get<int64_t>(), 1);
     // Every text is scored with its closing end of text; Gen PPL is exp of the mean NLL.
     const double tokens = row.at("judge_tokens").get<double>();
     EXPECT_GE(tokens, 3.0);
