@@ -21,6 +21,7 @@
 #include "models/rope.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
+#include "sampler/kernels/token_draw.h"
 #include "tests/cli_run.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
@@ -246,6 +247,55 @@ TEST(Cuda, ReplayedDecodeGraphSamplesAsTheEagerSteps) {
       EXPECT_EQ(graph.samples[i].tokens, eager.samples[i].tokens) << "row " << i;
       for (size_t t = 0; t < graph.samples[i].log_probs.size(); ++t)
         EXPECT_NEAR(graph.samples[i].log_probs[t], eager.samples[i].log_probs[t], 1e-5) << "row " << i;
+    }
+  }
+}
+
+// Continuous batching under CUDA graphs: rows refilled from the queue, then compacted into buckets (one graph
+// each), ends noticed every few steps: the samples of the CPU's eager engine.
+TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  ArSampleOptions options;
+  options.num_samples = 3;
+  options.max_new_tokens = 30;
+  options.seed = 9;
+  options.end_ids = {5, 11};
+  options.max_rows = 4;
+  options.decode = DecodeMode::growing_cache;
+  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}, {12, 13}};
+  const auto cpu = sample_autoregressive(model, prompts, options);
+  model->to(torch::kCUDA);
+  options.decode = DecodeMode::cuda_graph;
+  const auto gpu = sample_autoregressive(model, prompts, options);
+  EXPECT_TRUE(gpu.cuda_graph);
+  ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
+  for (size_t i = 0; i < cpu.samples.size(); ++i) {
+    EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << "sample " << i;
+    EXPECT_EQ(gpu.samples[i].finish, cpu.samples[i].finish) << "sample " << i;
+    for (size_t t = 0; t < std::min(gpu.samples[i].log_probs.size(), cpu.samples[i].log_probs.size()); ++t)
+      EXPECT_NEAR(gpu.samples[i].log_probs[t], cpu.samples[i].log_probs[t], 1e-4) << "sample " << i;
+  }
+}
+
+// The keyed token draw's kernel and its CPU twin draw the same tokens with the same log-probs from float32 and
+// bf16 logits, with and without filters, and greedily.
+TEST(Cuda, KeyedTokenDrawMatchesTheCpuTwin) {
+  INKSTONE_REQUIRE_CUDA();
+  torch::manual_seed(12);
+  const int64_t vocab = 5000;
+  const auto logits = torch::randn({64, vocab}) * 2;
+  const auto sequences = torch::arange(64, torch::kLong) * 7;
+  const auto positions = torch::arange(64, torch::kLong) % 13;
+  for (const kernels::FilterParams filter : {kernels::FilterParams{1.0, 0, 1.0, 0.0, vocab},
+                                             kernels::FilterParams{0.7, 40, 0.9, 0.02, vocab},
+                                             kernels::FilterParams{0.0, 0, 1.0, 0.0, vocab}}) {
+    for (const auto dtype : {torch::kFloat, torch::kBFloat16}) {
+      const auto rows = logits.to(dtype);
+      const auto cpu = keyed_token_draw(rows, sequences, positions, filter, 5);
+      const auto gpu = keyed_token_draw(rows.cuda(), sequences.cuda(), positions.cuda(), filter, 5);
+      EXPECT_TRUE(torch::equal(gpu.tokens.cpu(), cpu.tokens)) << "temperature " << filter.temperature;
+      EXPECT_TRUE(torch::allclose(gpu.log_probs.cpu(), cpu.log_probs, 1e-5, 1e-5));
     }
   }
 }
