@@ -53,7 +53,8 @@ DiffusionPolicy::DiffusionPolicy(const Config& config, const Tokenizer& tokenize
       prompt_mask_(config.rl.prompt_mask),
       t_min_(config.diffusion.t_min),
       temperature_(config.rl.temperature),
-      logit_chunk_mib_(config.objective.logit_chunk_mib) {}
+      logit_chunk_mib_(config.objective.logit_chunk_mib),
+      sampler_steps_(config.sample.steps) {}
 
 ObjectiveNeeds DiffusionPolicy::needs() const {
   ObjectiveNeeds needs = denoiser_.needs();
@@ -62,6 +63,10 @@ ObjectiveNeeds DiffusionPolicy::needs() const {
 }
 
 int64_t DiffusionPolicy::copies() const { return likelihood_ == SequenceLikelihood::elbo ? elbo_samples_ : 1; }
+
+int64_t DiffusionPolicy::forward_rows_per_rollout() const {
+  return likelihood_ == SequenceLikelihood::transitions ? sampler_steps_ + 1 : copies();
+}
 
 DiffusionPolicy::Draws DiffusionPolicy::draw(const Batch& batch) const {
   const auto& rollout = batch.rollout;

@@ -41,6 +41,8 @@ class DiffusionPolicy : public PolicyLikelihood {
   Draws draw(const Batch& batch) const;
   // How many noisy copies of each row the estimate scores: K for elbo, 1 for one_step.
   int64_t copies() const;
+  // elbo: K; one_step: 1; transitions: the recorded steps, at most sample.steps + 1 (the last step to clean text).
+  int64_t forward_rows_per_rollout() const override;
 
  private:
   static Config policy_config(const Config& config);
@@ -54,6 +56,7 @@ class DiffusionPolicy : public PolicyLikelihood {
   double t_min_;                   // diffusion.t_min
   double temperature_;             // rl.temperature
   int64_t logit_chunk_mib_;        // objective.logit_chunk_mib
+  int64_t sampler_steps_;          // sample.steps
 };
 
 }  // namespace inkstone

@@ -33,6 +33,8 @@ class PolicyLikelihood {
                                    bool with_hidden = false) const = 0;
   // The policy's pretraining objective on token windows (next-token loss, or the diffusion NELBO bound).
   virtual ValidationSums evaluate(LanguageModelImpl& model, const EvalSource& source) = 0;
+  // How many rows of forward one rollout row costs when scored (the memory plan's activations scale with it).
+  virtual int64_t forward_rows_per_rollout() const { return 1; }
 };
 
 // The likelihood of the policy named by config.rl.policy (objectives/registry.cpp): `ar` or empty for a causal

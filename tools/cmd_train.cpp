@@ -9,7 +9,10 @@
 #include "core/errors.h"
 #include "core/platform.h"
 #include "core/run_lock.h"
+#include "objectives/policy_likelihood.h"
+#include "dataset/prompt_format.h"
 #include "rl/rl_options.h"
+#include "rl/task.h"
 #include "rl/rollout_source.h"
 #include "sampler/text_samples.h"
 #include "tools/commands.h"
@@ -38,17 +41,39 @@ struct TrainOptions {
 
 // Per-rank memory of the run `config` describes, predicted without building it (train/memory_plan.h); with
 // train.init_checkpoint, of the architecture it adopts (`given`: the keys the config and --set give).
+// Training prompts read to size an RL run's rows: enough to meet the long ones, few enough to read at once.
+constexpr int64_t kPlannedPrompts = 1024;
+
+// An RL run's plan: the policy rl.init_checkpoint names, its rollouts and the mini-batches of its updates.
+int dry_run_rollouts(Config config, int64_t ranks, bool bf16) {
+  const InitialCheckpoint initial = adopt_initial_policy(config);
+  if (config.rl.prompts_per_step % (ranks * config.rl.mini_batches) != 0)
+    throw InputError(fmt::format("rl.prompts_per_step = {} does not split over {} rank(s) x rl.mini_batches = {}",
+                                 config.rl.prompts_per_step, ranks, config.rl.mini_batches));
+  const auto likelihood = make_policy_likelihood(config, *initial.tokenizer);
+  RolloutPolicyShape policy;
+  policy.causal = likelihood->needs().mask == MaskMode::causal;
+  policy.forward_rows_per_rollout = likelihood->forward_rows_per_rollout();
+  // Rows are prompt and completion: the longest of the first training prompts, as the run formats them.
+  const auto problems = make_prompt_source(task_options(config.rl, false));
+  const PromptFormat format(config.chat, *initial.tokenizer);
+  int64_t longest = 0;
+  for (int64_t i = 0; i < std::min<int64_t>(problems->size(), kPlannedPrompts); ++i)
+    longest = std::max(longest, static_cast<int64_t>(format.encode(problems->get(i).text).size()));
+  policy.row_tokens = std::min(config.model.max_seq_len, longest + config.rl.max_new_tokens);
+  fmt::print("{}", describe(plan_rollout_memory(config, initial.tokenizer->vocab_size(), ranks, bf16, policy)));
+  return 0;
+}
+
 int dry_run(Config config, int64_t ranks, const std::set<std::string>& given) {
-  if (objective_batch_kind(config.objective.name) == BatchKind::rollouts)
-    throw InputError(fmt::format("--dry-run predicts training on token windows; objective '{}' trains on rollouts",
-                                 config.objective.name));
+  // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
+  // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
+  const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != "cpu";
+  if (objective_batch_kind(config.objective.name) == BatchKind::rollouts) return dry_run_rollouts(config, ranks, bf16);
   const int64_t split = ranks * config.train.grad_accum;
   if (config.train.batch_size % split != 0)
     throw InputError(fmt::format("train.batch_size = {} does not split over {} rank(s) x train.grad_accum = {}",
                                  config.train.batch_size, ranks, config.train.grad_accum));
-  // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
-  // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
-  const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != "cpu";
   const auto tokenizer = load_run_tokenizer(config);
   if (!config.train.init_checkpoint.empty()) adopt_initial_checkpoint(config, given, *tokenizer);
   fmt::print("{}", describe(plan_memory(config, tokenizer->vocab_size(), ranks, bf16)));

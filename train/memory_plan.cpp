@@ -6,6 +6,7 @@
 
 #include "models/block_registry.h"
 #include "models/lora.h"
+#include "models/model_dims.h"
 #include "models/modulation.h"
 #include "models/residual_routing.h"
 #include "models/time_embedding.h"
@@ -35,7 +36,11 @@ int64_t small_module_parameters(const ModelConfig& c) {
 
 }  // namespace
 
-MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations) {
+namespace {
+
+// The plan of a run whose micro-batch is `rows_in` rows of `tokens` tokens per rank.
+MemoryPlan plan_for(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations, int64_t rows_in,
+                    int64_t tokens) {
   const ModelConfig& c = config.model;
   check_lora_settings(c);  // a target no layer has would plan nothing to train
   MemoryPlan plan;
@@ -48,7 +53,6 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   const int64_t d = c.d_model;
   const std::vector<int64_t> widths = layer_widths(c);
   const int64_t streams = c.hidden_streams;
-  const int64_t tokens = config.data.seq_len;
   const int64_t slots = streams * tokens;
 
   // Parameters, and per layer the floats per slot its forward keeps for backward: each branch's norm input and
@@ -93,7 +97,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
 
   // Activations at the start of backward: every layer's (a recomputed layer keeps its branch inputs, and one
   // recomputed layer is whole again while its backward runs) and the final norm's input and output.
-  plan.micro_batch_rows = config.train.batch_size / ranks / config.train.grad_accum;
+  plan.micro_batch_rows = rows_in;
   const int64_t every = config.train.activation_checkpointing;
   double per_slot = 2.0 * d, rerun = 0;
   for (size_t i = 0; i < layer_floats.size(); ++i) {
@@ -114,6 +118,39 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
   return plan;
 }
 
+}  // namespace
+
+MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations) {
+  return plan_for(config, vocab_size, ranks, bf16_activations,
+                  config.train.batch_size / ranks / config.train.grad_accum, config.data.seq_len);
+}
+
+MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations,
+                               const RolloutPolicyShape& policy) {
+  const RlConfig& rl = config.rl;
+  const int64_t length = policy.row_tokens;
+  const int64_t rank_rows = rl.prompts_per_step / ranks * rl.group_size;
+  MemoryPlan plan = plan_for(config, vocab_size, ranks, bf16_activations,
+                             rank_rows / rl.mini_batches * policy.forward_rows_per_rollout, length);
+  const bool lora = config.model.lora_rank > 0;
+  if (rl.reference == ReferencePolicy::initial && !lora)
+    plan.reference_weights = static_cast<double>(plan.bytes_per_weight) * static_cast<double>(plan.parameters);
+  const ModelConfig& c = config.model;
+  const double vocab = static_cast<double>(c.vocab_size > 0 ? c.vocab_size : vocab_size);
+  const double rows = static_cast<double>(rank_rows);
+  if (policy.causal) {
+    // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits.
+    const double slots = static_cast<double>(c.hidden_streams * length);
+    plan.rollouts = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * resolved_head_dim(c)) * rows * slots *
+                        static_cast<double>(plan.bytes_per_weight) +
+                    3.0 * 4.0 * rows * vocab;
+  } else {
+    // The denoiser's float logits of the whole canvas, and the float64 posterior's working copy of one step.
+    plan.rollouts = 4.0 * rows * static_cast<double>(length) * vocab;
+  }
+  return plan;
+}
+
 std::string describe(const MemoryPlan& plan) {
   const auto mib = [](double bytes) { return bytes / (1024.0 * 1024.0); };
   const auto millions = [](int64_t n) { return static_cast<double>(n) / 1e6; };
@@ -130,8 +167,13 @@ std::string describe(const MemoryPlan& plan) {
   text += fmt::format("  gradient buffers {:.1f}\n", mib(plan.gradient_buffers));
   text += fmt::format("  AdamW moments    {:.1f}\n", mib(plan.optimizer));
   if (plan.master_weights > 0) text += fmt::format("  master weights   {:.1f}\n", mib(plan.master_weights));
+  if (plan.reference_weights > 0) text += fmt::format("  reference policy {:.1f}\n", mib(plan.reference_weights));
   text += fmt::format("  activations      {:.1f}\n", mib(plan.activations));
   text += fmt::format("  vocabulary loss  {:.1f}\n", mib(plan.vocabulary_loss));
+  if (plan.rollouts > 0)
+    text += fmt::format("  rollouts         {:.1f}  (held while generating, not during the update: the larger "
+                        "of the two counts)\n",
+                        mib(plan.rollouts));
   text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
   return text;
 }

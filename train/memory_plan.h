@@ -3,6 +3,7 @@
 // small modules built on their own), the gradient, bucket and AdamW bytes the ZeRO stage leaves a rank, and the
 // activations of one micro-batch from the registry's per-token estimates. `inkstone train --dry-run` prints it.
 #pragma once
+#include <algorithm>
 #include <cstdint>
 #include <string>
 
@@ -28,14 +29,32 @@ struct MemoryPlan {
   double master_weights = 0;    // fp32 copies of bf16 weights (run.param_dtype = bf16)
   double activations = 0;       // what one micro-batch's forward keeps for backward, at the peak of backward
   double vocabulary_loss = 0;   // the head and loss in row chunks: gradient accumulators and one chunk's logits
+  // RL (plan_rollout_memory): the frozen reference policy, and what generating the rollouts holds (a KV cache and
+  // next-token logits, or a diffusion canvas's logits) while no backward runs.
+  double reference_weights = 0;
+  double rollouts = 0;
   double total() const {
-    return weights + gradients + gradient_buffers + optimizer + master_weights + activations + vocabulary_loss;
+    return weights + gradients + gradient_buffers + optimizer + master_weights + reference_weights +
+           std::max(activations + vocabulary_loss, rollouts);
   }
 };
 
 // `vocab_size`: the tokenizer's (model.vocab_size may pad it); `bf16_activations`: bf16 autocast will run (CUDA).
 // bf16 weights (run.param_dtype) make activations bf16 on any device.
 MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations);
+// An RL run's plan (objective.name an RL objective): its updates run mini-batches of whole groups,
+// rl.prompts_per_step / (ranks · rl.mini_batches) groups of rl.group_size rows, each row `row_tokens` long (the
+// longest prompt and rl.max_new_tokens) and scored `forward_rows_per_rollout` times (a diffusion policy's ELBO
+// draws or recorded transitions);
+// rl.reference = "initial" keeps a frozen copy unless LoRA's base is the reference; the rollouts of a rank's
+// prompts are generated in one batch: a causal policy's KV cache and logits rows, a denoising one's canvas logits.
+struct RolloutPolicyShape {
+  bool causal = true;
+  int64_t forward_rows_per_rollout = 1;
+  int64_t row_tokens = 1;
+};
+MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t ranks, bool bf16_activations,
+                               const RolloutPolicyShape& policy);
 // The plan as the table `--dry-run` prints.
 std::string describe(const MemoryPlan& plan);
 

@@ -195,6 +195,12 @@ TEST_F(InitCheckpoint, ADiffusionCheckpointIsRoutedToTheDiffusionPolicy) {
                                      << "eval_prompts = 2\neval_samples = 2\n"
                                      << "[sample]\nsteps = 4\n"
                                      << "[train]\nsteps = 1\n";
+  // The RL run's plan: its update rows are 2 prompts x G = 2, each scored at the ELBO's 4 noise levels.
+  const auto planned = run_cli({"train", (*dir_ / "grpo.toml").string(), "--dry-run"});
+  ASSERT_EQ(planned.exit_code, 0) << planned.output;
+  EXPECT_NE(planned.output.find("micro-batch 16 rows"), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("reference policy"), std::string::npos) << planned.output;
+  EXPECT_NE(planned.output.find("rollouts "), std::string::npos) << planned.output;
   const auto rl_dir = *dir_ / "grpo";
   const auto rl = run_cli({"train", (*dir_ / "grpo.toml").string(), "--run-dir", rl_dir.string()});
   ASSERT_EQ(rl.exit_code, 0) << rl.output;

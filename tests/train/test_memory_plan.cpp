@@ -6,6 +6,7 @@
 
 #include "models/block.h"
 #include "models/language_model.h"
+#include "models/model_dims.h"
 #include "tests/zoo_fixtures.h"
 #include "train/memory_plan.h"
 
@@ -94,6 +95,47 @@ TEST(MemoryPlan, StagesShardWhatTheySayAndRecomputationKeepsBranchInputs) {
   EXPECT_DOUBLE_EQ(single.optimizer, 8 * p);
   EXPECT_LT(at(0, 1).activations, ddp.activations);
   EXPECT_LT(at(0, 1).activations, at(0, 2).activations);
+}
+
+// An RL run (train/memory_plan.h, plan_rollout_memory): the update's rows are a rank's groups per mini-batch times
+// the forwards each row costs, at the rows' length; the reference policy is a whole frozen copy unless LoRA's base
+// is the reference; rollouts hold a causal policy's KV cache and logits rows, or a canvas's logits, beside (not on
+// top of) the update's activations.
+TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
+  Config config = load_config((testing::source_dir() / "configs" / "ar-tiny.toml").string(),
+                              {"objective.name=\"grpo\"", "rl.prompts_per_step=8", "rl.group_size=4",
+                               "rl.mini_batches=2"});
+  RolloutPolicyShape causal;
+  causal.row_tokens = 40;
+  const MemoryPlan plan = plan_rollout_memory(config, kVocab, 2, false, causal);
+  EXPECT_EQ(plan.micro_batch_rows, 8 / 2 / 2 * 4);
+  EXPECT_DOUBLE_EQ(plan.reference_weights, 4.0 * static_cast<double>(plan.parameters));
+  const ModelConfig& m = config.model;
+  const double rows = 8 / 2 * 4;
+  const double vocab = static_cast<double>(m.vocab_size > 0 ? m.vocab_size : kVocab);
+  EXPECT_DOUBLE_EQ(plan.rollouts, 2.0 * static_cast<double>(m.n_layers * m.n_kv_heads * resolved_head_dim(m)) * rows *
+                                      40.0 * 4.0 + 12.0 * rows * vocab);
+  EXPECT_DOUBLE_EQ(plan.total(), plan.weights + plan.gradients + plan.gradient_buffers + plan.optimizer +
+                                     plan.reference_weights + std::max(plan.activations + plan.vocabulary_loss,
+                                                                       plan.rollouts));
+  // The window plan of the same model at the same rows and length has the same activations.
+  Config windows = config;
+  windows.objective.name = "ar";
+  windows.data.seq_len = 40;
+  windows.train.batch_size = 2 * 8;
+  windows.train.grad_accum = 1;
+  EXPECT_DOUBLE_EQ(plan_memory(windows, kVocab, 2, false).activations, plan.activations);
+
+  RolloutPolicyShape denoised;
+  denoised.causal = false;
+  denoised.forward_rows_per_rollout = 4;
+  denoised.row_tokens = 40;
+  const MemoryPlan diffusion = plan_rollout_memory(config, kVocab, 2, false, denoised);
+  EXPECT_EQ(diffusion.micro_batch_rows, 4 * 8);
+  EXPECT_DOUBLE_EQ(diffusion.rollouts, 4.0 * rows * 40.0 * vocab);
+
+  config.rl.reference = ReferencePolicy::old;
+  EXPECT_EQ(plan_rollout_memory(config, kVocab, 2, false, causal).reference_weights, 0.0);
 }
 
 // The vocabulary loss (docs/training.md, "The vocabulary loss in chunks"): the head's input gradient per token, the
