@@ -109,15 +109,10 @@ void KVCache::adopt_rows(const torch::Tensor& targets, const KVCache& prefill, c
       if (slot_dim >= 0) shape[slot_dim] = capacity_;
       mine = torch::zeros(shape, theirs.options());
     }
-    const auto rows = theirs.index_select(0, sources.to(theirs.device()));
-    const auto index = targets.to(mine.device());
-    if (slot_dim < 0) {
-      mine.index_copy_(0, index, rows);
-    } else {
-      auto widened = mine.index_select(0, index);
-      widened.narrow(slot_dim, 0, length).copy_(rows.narrow(slot_dim, 0, length));
-      mine.index_copy_(0, index, widened);
-    }
+    // In place on the buffers (a captured graph keeps their addresses): the prefilled slots of the target rows.
+    const auto prefilled = [&](const torch::Tensor& t) { return slot_dim < 0 ? t : t.narrow(slot_dim, 0, length); };
+    prefilled(mine).index_copy_(0, targets.to(mine.device()),
+                                prefilled(theirs.index_select(0, sources.to(theirs.device()))));
   };
   for (size_t layer = 0; layer < keys_.size(); ++layer) {
     adopt(keys_[layer], prefill.keys_.at(layer), 2);
@@ -125,15 +120,15 @@ void KVCache::adopt_rows(const torch::Tensor& targets, const KVCache& prefill, c
     adopt(conv_states_[layer], prefill.conv_states_.at(layer), -1);
   }
   if (prefill.key_real_.defined() || key_real_.defined()) {
-    const auto& index = targets;  // on the cache's device
     if (!key_real_.defined()) key_real_ = torch::ones({batch_size_, capacity_}, targets.options().dtype(torch::kBool));
-    auto widened = key_real_.index_select(0, index);
-    widened.narrow(1, 0, length).copy_(prefill.key_real_.defined()
-                                           ? prefill.key_real_.index_select(0, sources.to(targets.device()))
-                                                 .narrow(1, 0, length)
-                                           : torch::ones({targets.size(0), length}, widened.options()));
-    widened.narrow(1, length, capacity_ - length).fill_(true);  // the tokens the rows decode next are real
-    key_real_.index_copy_(0, index, widened);
+    auto prefilled = key_real_.narrow(1, 0, length);
+    if (prefill.key_real_.defined()) {
+      const auto real = prefill.key_real_.index_select(0, sources.to(targets.device()));
+      prefilled.index_copy_(0, targets, real.narrow(1, 0, length));
+    } else {
+      prefilled.index_fill_(0, targets, true);
+    }
+    key_real_.narrow(1, length, capacity_ - length).index_fill_(0, targets, true);  // the tokens decoded next are real
   }
 }
 

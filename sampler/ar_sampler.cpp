@@ -117,7 +117,6 @@ class DecodeRun {
     if (!options.end_ids.empty())
       end_ids_ = torch::tensor(std::vector<int64_t>(options.end_ids.begin(), options.end_ids.end())).to(device_);
     row_sample_.assign(static_cast<size_t>(rows_), -1);
-    checked_.assign(static_cast<size_t>(rows_), 0);
     generated_host_.resize(static_cast<size_t>(rows_));
     out_.resize(static_cast<size_t>(samples_));
   }
@@ -161,7 +160,6 @@ class DecodeRun {
       prompts.push_back(&prompts_[static_cast<size_t>(prompt)]);
       keys.push_back((options_.first_prompt + prompt) * options_.num_samples + sample % options_.num_samples);
       row_sample_[static_cast<size_t>(row)] = sample;
-      checked_[static_cast<size_t>(row)] = 0;
       generated_host_[static_cast<size_t>(row)].clear();
     }
     if (rows.empty()) return;
@@ -218,7 +216,7 @@ class DecodeRun {
     const auto tokens = history.accessor<int64_t, 1>();
     auto& so_far = generated_host_[row];
     const int64_t last = std::min(generated, options_.max_new_tokens);
-    for (int64_t i = checked_[row]; i < last; ++i) {
+    for (auto i = static_cast<int64_t>(so_far.size()); i < last; ++i) {
       so_far.push_back(static_cast<int32_t>(tokens[i]));
       FinishReason finish = FinishReason::length;
       bool ended = std::find(options_.end_ids.begin(), options_.end_ids.end(), so_far.back()) != options_.end_ids.end();
@@ -239,7 +237,6 @@ class DecodeRun {
         return true;
       }
     }
-    checked_[row] = last;
     return false;
   }
 
@@ -261,7 +258,6 @@ class DecodeRun {
       const auto from = static_cast<size_t>(kept[static_cast<size_t>(i)]);
       if (from == static_cast<size_t>(i)) continue;
       row_sample_[static_cast<size_t>(i)] = row_sample_[from];
-      checked_[static_cast<size_t>(i)] = checked_[from];
       generated_host_[static_cast<size_t>(i)] = std::move(generated_host_[from]);
     }
     std::fill(row_sample_.begin() + active, row_sample_.end(), -1);
@@ -286,11 +282,12 @@ class DecodeRun {
   torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
   torch::Tensor end_ids_;
   torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
-  // Per row, on the host: its sample (−1: idle), tokens already checked, and those tokens.
-  std::vector<int64_t> row_sample_, checked_;
+  // Per row, on the host: its sample (−1: idle) and the tokens checked so far.
+  std::vector<int64_t> row_sample_;
   std::vector<std::vector<int32_t>> generated_host_;
   std::vector<ArSample> out_;
 };
+
 }  // namespace
 
 std::string to_string(FinishReason reason) {

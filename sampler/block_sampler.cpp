@@ -119,9 +119,8 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
 
   BlockSampleResult result;
   std::optional<KVCache> cache;
-  if (options.approximate_cache) cache.emplace(model->make_kv_cache(rows, total));
+  if (options.use_cache || options.approximate_cache) cache.emplace(model->make_kv_cache(rows, total));
   if (options.use_cache) {
-    cache.emplace(model->make_kv_cache(rows, total));
     if (prompt_length > 0) {
       model->extend_cache(committed, *cache, {MaskMode::bidirectional, {}, {}});  // the prompt is one clean block
       ++result.model_calls;

@@ -118,7 +118,7 @@ NoiseRemoval noise_removal_from_name(const std::string& name, const char* key) {
 void check_trajectory_recording(const DiffusionSampleOptions& options) {
   if (options.record_trajectory &&
       (options.method != DiffusionMethod::ancestral || options.noise_removal == NoiseRemoval::greedy ||
-       options.filter.top_k > 0 || options.filter.top_p < 1 || options.min_p > 0 || options.filter.temperature == 0))
+       options.filter.top_k > 0 || options.filter.top_p < 1 || options.filter.min_p > 0 || options.filter.temperature == 0))
     throw InputError("a recorded diffusion trajectory needs the ancestral sampler, ancestral or no noise removal, "
                      "and no top-k, top-p, min-p or temperature 0: every draw must have a probability under x̂");
 }
@@ -128,9 +128,9 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
                                        torch::Device device) {
   if (options.steps < 1) throw InputError(fmt::format("diffusion steps = {} must be >= 1", options.steps));
   check_sampling_params(options.filter);
-  if (!(options.min_p >= 0 && options.min_p < 1))
-    throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.min_p));
-  if (options.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
+  if (!(options.filter.min_p >= 0 && options.filter.min_p < 1))
+    throw InputError(fmt::format("min_p = {} must be in [0, 1)", options.filter.min_p));
+  if (options.filter.min_p > 0 && !options.fused) throw InputError("min_p needs the fused diffusion step");
   if (!(options.confidence_threshold >= 0 && options.confidence_threshold <= 1))
     throw InputError(fmt::format("sample.confidence_threshold = {} must be in [0, 1]", options.confidence_threshold));
   if (options.confidence_threshold > 0 && options.method == DiffusionMethod::ancestral)
@@ -194,7 +194,7 @@ DiffusionSampleResult sample_diffusion(const Denoiser& denoiser, const Diffusion
       p.temperature = options.filter.temperature;
       p.top_k = options.filter.top_k;
       p.top_p = options.filter.top_p;
-      p.min_p = options.min_p;
+      p.min_p = options.filter.min_p;
       p.alpha_t = at_t.keep;
       p.alpha_s = at_s.keep;
       p.mask_t = at_t.mask;

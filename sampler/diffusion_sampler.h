@@ -57,9 +57,9 @@ struct DiffusionSampleOptions {
   int64_t steps = 64;
   DiffusionMethod method = DiffusionMethod::ancestral;
   NoiseRemoval noise_removal = NoiseRemoval::ancestral;
-  // temperature, top-k, top-p on x̂ — never on the posterior (docs/diffusion.md, "Filters on the model output")
+  // temperature, top-k, top-p and (fused step only) min-p on x̂ — never on the posterior (docs/diffusion.md,
+  // "Filters on the model output")
   SamplingParams filter;
-  double min_p = 0;       // fused only: keep x̂_v >= min_p · max x̂ (0: off)
   // Confidence and adaptive samplers: a step commits, beside its share of the schedule, every open position whose
   // score reaches this, and sampling ends once none is open (docs/diffusion.md, "Threshold decoding"); 0: off.
   double confidence_threshold = 0;

@@ -29,7 +29,7 @@ DiffusionSampleOptions diffusion_sample_options(const SampleConfig& sample) {
   options.filter.top_k = sample.top_k;
   options.filter.top_p = sample.top_p;
   options.seed = sample.seed;
-  options.min_p = sample.min_p;
+  options.filter.min_p = sample.min_p;
   options.confidence_threshold = sample.confidence_threshold;
   options.fused = sample.fused;
   options.posterior_dtype = sample.posterior == PosteriorPrecision::float32 ? torch::kFloat : torch::kDouble;
