@@ -15,6 +15,7 @@
 
 #include "core/counter_hash.h"
 #include "core/errors.h"
+#include "core/json_error.h"
 
 namespace inkstone {
 namespace {
@@ -130,7 +131,7 @@ nlohmann::json run_rng_record(const std::vector<std::string>& rank_states) {
 
 void restore_rank_rng(const nlohmann::json& state, int64_t rank, int64_t world_size, int64_t step) {
   if (state.value("consolidated", false)) {
-    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
+    restore_rng_state(json_member(state, "rng", json_null()), "state.json");
     if (rank > 0) seed_rank_stream(static_cast<uint64_t>(step), rank);
     return;
   }
@@ -143,10 +144,10 @@ void restore_rank_rng(const nlohmann::json& state, int64_t rank, int64_t world_s
                                  "the same number of processes (each rank's random stream is restored)",
                                  step, saved_ranks, world_size));
   if (world_size == 1) {
-    restore_rng_state(state.value("rng", nlohmann::json()), "state.json");
+    restore_rng_state(json_member(state, "rng", json_null()), "state.json");
     return;
   }
-  const auto streams = state.value("rng_ranks", nlohmann::json());
+  const nlohmann::json& streams = json_member(state, "rng_ranks", json_null());
   if (!streams.is_array() || static_cast<int64_t>(streams.size()) != saved_ranks)
     throw InputError(fmt::format("checkpoint step {}: state.json 'rng_ranks' must hold {} entries", step, saved_ranks));
   restore_rng_state(streams.at(static_cast<size_t>(rank)), "state.json");

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <regex>
 
 namespace inkstone {
@@ -13,8 +14,33 @@ std::string with_article(const std::string& type) {
   return (vowel ? "an " : "a ") + type;
 }
 
-// A JSON pointer as the key path users read in the file: "/splits/train" -> "splits/train", "" -> "".
-std::string key_path(const std::string& pointer) { return pointer.empty() ? pointer : pointer.substr(1); }
+// One reference token of a JSON pointer as the key it names (RFC 6901: "~1" is '/', "~0" is '~').
+std::string unescaped(const std::string& token) {
+  std::string key;
+  for (size_t i = 0; i < token.size(); ++i) {
+    if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
+      key += token[++i] == '0' ? '~' : '/';
+    } else {
+      key += token[i];
+    }
+  }
+  return key;
+}
+
+// A JSON pointer as the key path users read in the file: "/splits/train" -> "splits/train", "" -> "". A key that
+// holds a '/' itself is quoted, so the path stays readable: "/model/a~1b" -> model/"a/b".
+std::string key_path(const std::string& pointer) {
+  std::string path;
+  size_t start = 1;
+  while (start <= pointer.size()) {
+    const size_t end = std::min(pointer.find('/', start), pointer.size());
+    const std::string key = unescaped(pointer.substr(start, end - start));
+    if (!path.empty()) path += '/';
+    path += key.find('/') == std::string::npos ? key : '"' + key + '"';
+    start = end + 1;
+  }
+  return path;
+}
 
 std::string joined(const std::string& parent, const std::string& key) {
   return parent.empty() ? key : parent + "/" + key;
@@ -43,6 +69,22 @@ std::string describe_json_error(const nlohmann::json::exception& error) {
   if (std::regex_match(message, detail, missing_index))
     return fmt::format("key '{}' has no entry {}", where, detail[1].str());
   return where.empty() ? message : fmt::format("key '{}': {}", where, message);
+}
+
+const nlohmann::json& json_member(const nlohmann::json& object, const char* key, const nlohmann::json& fallback) {
+  if (!object.is_object()) return object.at(key);  // the library's own refusal, as json::value gives
+  const auto found = object.find(key);
+  return found == object.end() ? fallback : *found;
+}
+
+const nlohmann::json& json_null() {
+  static const nlohmann::json null_value;
+  return null_value;
+}
+
+const nlohmann::json& json_empty_array() {
+  static const nlohmann::json empty = nlohmann::json::array();
+  return empty;
 }
 
 }  // namespace inkstone

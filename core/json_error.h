@@ -11,4 +11,12 @@ namespace inkstone {
 
 std::string describe_json_error(const nlohmann::json::exception& error);
 
+// `object[key]` when the object has it, else `fallback` (which must outlive the result): unlike json::value, which
+// returns a copy cut off from its document, errors inside the member still name their whole path.
+const nlohmann::json& json_member(const nlohmann::json& object, const char* key, const nlohmann::json& fallback);
+
+// Fallbacks for json_member that live as long as the program.
+const nlohmann::json& json_null();
+const nlohmann::json& json_empty_array();
+
 }  // namespace inkstone

@@ -1,6 +1,8 @@
 // Machine facts: which BLAS the process mapped, thread count, device choice.
 #include "core/platform.h"
 
+#include <csignal>
+
 #include <malloc.h>
 #include <unistd.h>
 
@@ -79,6 +81,8 @@ void keep_freed_memory_for_reuse() {
   mallopt(M_MMAP_THRESHOLD, 32 << 20);  // glibc's largest allowed threshold on 64-bit
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
+
+void report_file_size_limit_as_write_error() { std::signal(SIGXFSZ, SIG_IGN); }
 
 void require_memory(double bytes, const torch::Device& device, const std::string& what) {
   if (!device.is_cpu()) return;

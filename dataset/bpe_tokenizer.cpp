@@ -62,12 +62,12 @@ std::vector<AddedTokenMatcher::Match> AddedTokenMatcher::find_all(std::string_vi
 BpeTokenizer::BpeTokenizer(const json& document, const std::string& origin) {
   try {
     if (!document.is_object() || !document.contains("model")) throw InputError("no \"model\" object");
-    normalizer_ = std::make_unique<Normalizer>(document.value("normalizer", json()));
-    pre_tokenizer_ = std::make_unique<PreTokenizerPipeline>(document.value("pre_tokenizer", json()));
+    normalizer_ = std::make_unique<Normalizer>(json_member(document, "normalizer", json_null()));
+    pre_tokenizer_ = std::make_unique<PreTokenizerPipeline>(json_member(document, "pre_tokenizer", json_null()));
     model_ = std::make_unique<BpeModel>(document.at("model"), pre_tokenizer_->byte_level());
-    decoder_ = std::make_unique<TokenizerDecoder>(document.value("decoder", json()));
-    parse_added_tokens(document.value("added_tokens", json::array()));
-    const json roles = document.value(kSpecialRolesKey, json());
+    decoder_ = std::make_unique<TokenizerDecoder>(json_member(document, "decoder", json_null()));
+    parse_added_tokens(json_member(document, "added_tokens", json_empty_array()));
+    const json& roles = json_member(document, kSpecialRolesKey, json_null());
     if (roles.is_null()) {
       find_specials_by_name();
     } else {

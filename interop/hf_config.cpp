@@ -7,6 +7,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_error.h"
 #include "models/block_registry.h"
 #include "models/model_dims.h"
 
@@ -79,7 +80,7 @@ class ConfigReader {
 };
 
 const Family& family_of(const ConfigReader& r) {
-  const json& archs = r.doc().value("architectures", json());
+  const json& archs = json_member(r.doc(), "architectures", json_null());
   if (!archs.is_array() || archs.size() != 1 || !archs[0].is_string())
     r.fail("'architectures' must list exactly one architecture");
   const std::string name = archs[0].get<std::string>();
@@ -105,7 +106,7 @@ void refuse_sliding_window(const ConfigReader& r, const Family& family, int64_t 
 // RoPE: legacy rope_theta + rope_scaling (transformers 4) or rope_parameters (transformers 5).
 void read_rope(const ConfigReader& r, ModelConfig& m) {
   const bool v5 = r.has("rope_parameters");
-  const json scaling = v5 ? r.doc()["rope_parameters"] : r.doc().value("rope_scaling", json());
+  const json& scaling = v5 ? r.doc()["rope_parameters"] : json_member(r.doc(), "rope_scaling", json_null());
   const std::string where = v5 ? "rope_parameters." : "rope_scaling.";
   m.rope_theta = v5 ? r.number(scaling, "rope_theta", where) : r.number_or("rope_theta", 10000.0);
   if (scaling.is_null()) return;

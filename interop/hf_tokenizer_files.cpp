@@ -6,6 +6,7 @@
 
 #include "core/errors.h"
 #include "core/input_file.h"
+#include "core/json_error.h"
 #include "dataset/prompt_format.h"
 
 namespace inkstone {
@@ -45,7 +46,7 @@ json special_text(const json& config, const char* key, const fs::path& file) {
 
 // The text of an added token by id, from tokenizer.json's added_tokens.
 std::string added_token_text(const json& tokenizer, int64_t id, const std::string& what) {
-  for (const json& entry : tokenizer.value("added_tokens", json::array()))
+  for (const json& entry : json_member(tokenizer, "added_tokens", json_empty_array()))
     if (entry.value("id", int64_t{-1}) == id) return entry.at("content").get<std::string>();
   throw InputError(fmt::format("{} = {} is not an added token of tokenizer.json", what, id));
 }
@@ -66,7 +67,7 @@ std::vector<int64_t> id_list(const json& value, const std::string& what) {
 
 // A post_processor that puts bos before every sequence (Llama 3's TemplateProcessing) asks for a bos prompt start.
 bool post_processor_adds(const json& tokenizer, const std::string& text) {
-  const json processor = tokenizer.value("post_processor", json());
+  const json& processor = json_member(tokenizer, "post_processor", json_null());
   return !processor.is_null() && processor.dump().find("\"" + text + "\"") != std::string::npos;
 }
 
@@ -94,7 +95,7 @@ ImportedTokenizer import_hf_tokenizer(const fs::path& folder) {
   // Ids generation stops at: generation_config.json's, else tokenizer_config.json's eos token.
   std::vector<std::string> end_texts;
   if (generation.is_object())
-    for (int64_t id : id_list(generation.value("eos_token_id", json()), generation_file.string() + ": eos_token_id"))
+    for (int64_t id : id_list(json_member(generation, "eos_token_id", json_null()), generation_file.string() + ": eos_token_id"))
       end_texts.push_back(added_token_text(out.document, id, generation_file.string() + ": eos_token_id"));
   json eos = special_text(config, "eos_token", config_file);
   if (eos.is_null() && !end_texts.empty()) eos = end_texts.front();
@@ -112,7 +113,7 @@ ImportedTokenizer import_hf_tokenizer(const fs::path& folder) {
       !bos.is_null() && (add_bos || post_processor_adds(out.document, bos.get<std::string>())) ? PromptStart::bos
                                                                                                : PromptStart::none;
   out.chat.system = "";
-  const json chat_template = config.is_object() ? config.value("chat_template", json()) : json();
+  const json& chat_template = config.is_object() ? json_member(config, "chat_template", json_null()) : json_null();
   if (chat_template.is_string()) {
     out.document["inkstone_chat_template"] = chat_template;
     out.chat.format = detect_format(chat_template.get<std::string>());

@@ -12,10 +12,30 @@
 #include "core/platform.h"
 #include "core/tensor_memory.h"
 #include "tools/commands.h"
+#include "train/launch_env.h"
+
+namespace {
+
+// The ranks of a data-parallel run share one terminal: each error line says whose it is (a message that already
+// starts with its rank, as a failed collective's does, keeps it once).
+void print_error(const std::string& message) {
+  std::string prefix;
+  try {
+    const inkstone::LaunchEnv launch = inkstone::launch_env_from_environment();
+    if (launch.distributed()) prefix = fmt::format("rank {}: ", launch.rank);
+  } catch (const std::exception&) {
+    // Malformed launch variables: the command itself reports them.
+  }
+  if (message.rfind(prefix, 0) == 0) prefix.clear();
+  fmt::print(stderr, "error: {}{}\n", prefix, message);
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace inkstone;
   keep_freed_memory_for_reuse();
+  report_file_size_limit_as_write_error();
   count_cpu_tensor_memory();  // before the first tensor: the metrics' cpu_max_allocated_mib
   CLI::App app{"inkstone: train and sample language models with pluggable objectives"};
   app.require_subcommand(1);
@@ -53,25 +73,24 @@ int main(int argc, char** argv) {
   try {
     return action ? action() : 2;
   } catch (const InputError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    print_error(e.what());
     return 2;
   } catch (const nlohmann::json::exception& e) {
     // Every JSON document comes from a file the user gave or a folder they pointed at: bad input.
-    fmt::print(stderr, "error: {}\n", describe_json_error(e));
+    print_error(describe_json_error(e));
     return 2;
   } catch (const std::bad_alloc&) {
-    fmt::print(stderr, "error: out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs "
-                       "less)\n");
+    print_error("out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs less)");
     return 1;
   } catch (const c10::Error& e) {
     // libtorch's what() carries a C++ stack dump; the user gets its message on one line.
     std::string message = e.what_without_backtrace();
     for (char& c : message)
       if (c == '\n') c = ' ';
-    fmt::print(stderr, "error: {}\n", message);
+    print_error(message);
     return 1;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    print_error(e.what());
     return 1;
   }
 }

@@ -40,5 +40,23 @@ TEST(JsonError, NamesAMissingKeyWithItsPath) {
             "key 'merges/0' has no entry 1");
 }
 
+// RFC 6901 escapes read as the key they stand for; a key holding '/' is quoted so the path stays unambiguous.
+TEST(JsonError, PointerEscapesAreReadAsTheKeyTheyName) {
+  EXPECT_EQ(told(R"({"a/b": {"c~d": 1}})", [](const nlohmann::json& d) { d.at("a/b").at("c~d").get<std::string>(); }),
+            "key '\"a/b\"/c~d' must be a string, not a number");
+}
+
+// A member read through json_member keeps its place in the document (json::value would return a detached copy).
+TEST(JsonError, AMemberReadWithAFallbackKeepsItsPath) {
+  const auto document = nlohmann::json::parse(R"({"outer": {"inner": {"n": "x"}}})");
+  EXPECT_EQ(told(R"({"outer": {"inner": {"n": "x"}}})",
+                 [](const nlohmann::json& d) { json_member(d.at("outer"), "inner", json_null()).at("n").get<int>(); }),
+            "key 'outer/inner/n' must be a number, not a string");
+  EXPECT_TRUE(json_member(document, "absent", json_null()).is_null());
+  EXPECT_EQ(&json_member(document, "absent", json_empty_array()), &json_empty_array());
+  EXPECT_EQ(told("[1]", [](const nlohmann::json& d) { json_member(d, "k", json_null()); }),
+            "cannot use at() with array");
+}
+
 }  // namespace
 }  // namespace inkstone

@@ -170,6 +170,25 @@ TEST(HfTokenizers, TokenIdsThatAreNotOneIntegerEachAreRefusedByName) {
               std::string::npos);
 }
 
+// A fault deep inside the normalizer or an added token is named by its whole path in the file.
+TEST(HfTokenizers, AFaultInsideANestedObjectIsNamedByItsWholePath) {
+  const json original = json::parse(read_file(fixtures_dir() / "tiny_metaspace_tokenizer.json"));
+  const auto refusal = [&](const std::function<void(json&)>& damage) {
+    json document = original;
+    damage(document);
+    try {
+      tokenizer_from_json(document, "tiny");
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_EQ(refusal([](json& d) { d["added_tokens"][1]["content"] = 5; }),
+            "tiny: malformed tokenizer.json: key 'added_tokens/1/content' must be a string, not a number");
+  EXPECT_EQ(refusal([](json& d) { d["normalizer"]["normalizers"][0]["prepend"] = true; }),
+            "tiny: malformed tokenizer.json: key 'normalizer/normalizers/0/prepend' must be a string, not a boolean");
+}
+
 // A byte-level vocabulary read with `pre_tokenizer: null` is a character vocabulary without unk or byte fallback:
 // like Hugging Face it drops what it lacks (the space, which it spells "Ġ", and a CJK character), but it counts the
 // bytes so that `data prepare` can say so.

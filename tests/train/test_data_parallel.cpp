@@ -23,6 +23,7 @@
 #include "rl/rollout_source.h"
 #include "tests/fixtures.h"
 #include "tests/test_paths.h"
+#include "tests/train/rank_processes.h"
 #include "train/gradient_synchroniser.h"
 #include "train/session.h"
 #include "train/stop_signal.h"
@@ -30,6 +31,12 @@
 
 namespace inkstone {
 namespace {
+
+using testing::Child;
+using testing::max_difference;
+using testing::read_text;
+using testing::spawn;
+using testing::wait_for;
 
 constexpr int64_t kSteps = 20;
 constexpr int kWorkerDistributedError = 7;  // a worker's exit code when a collective failed
@@ -179,51 +186,6 @@ int free_port() {
   ::getsockname(fd, reinterpret_cast<sockaddr*>(&address), &length);
   ::close(fd);
   return ntohs(address.sin_port);
-}
-
-struct Child {
-  pid_t pid = -1;
-  std::filesystem::path output;  // stdout and stderr
-};
-
-// Starts `argv` with `env` added, its output in `output`.
-Child spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-            const std::filesystem::path& output) {
-  Child child{::fork(), output};
-  if (child.pid == 0) {
-    for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
-    std::FILE* out = std::fopen(output.c_str(), "w");
-    ::dup2(::fileno(out), 1);
-    ::dup2(::fileno(out), 2);
-    std::vector<char*> args;
-    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-    args.push_back(nullptr);
-    ::execv(args[0], args.data());
-    ::_exit(127);
-  }
-  return child;
-}
-
-// The exit code (128 + signal when killed); -1 when it is still running at the deadline (it is then killed).
-int wait_for(const Child& child, std::chrono::seconds limit) {
-  const auto deadline = std::chrono::steady_clock::now() + limit;
-  int status = 0;
-  while (::waitpid(child.pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() > deadline) {
-      ::kill(child.pid, SIGKILL);
-      ::waitpid(child.pid, &status, 0);
-      return -1;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
-  }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-std::string read_text(const std::filesystem::path& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
 }
 
 std::map<int64_t, double> read_losses(const std::filesystem::path& path) {
@@ -390,20 +352,6 @@ TEST_F(DataParallel, RlRanksRollOutTheirShareAndStayInStep) {
   EXPECT_EQ(eval_lines, 2);  // before the first step and after the last
 }
 
-double max_difference(const NamedTensors& a, const NamedTensors& b) {
-  EXPECT_EQ(a.size(), b.size());
-  std::map<std::string, torch::Tensor> by_name(b.begin(), b.end());
-  double difference = 0;
-  for (const auto& [name, tensor] : a) {
-    if (!by_name.count(name)) {
-      ADD_FAILURE() << name << " is missing";
-      continue;
-    }
-    difference = std::max(difference, (tensor.to(torch::kDouble) - by_name.at(name).to(torch::kDouble))
-                                          .abs().max().item<double>());
-  }
-  return difference;
-}
 
 // ZeRO stages 1, 2 and 3 over 2 ranks (2 micro-batches each; stage 2 with every block recomputed in backward,
 // stage 3 gathering each branch's weights per use) give the one-process losses, weights and AdamW moments; each
