@@ -1,4 +1,7 @@
 // The one place where every config key is declared, with its default, documentation and allowed values.
+// Keys whose values a registry above this library owns (objective.name, model.mixer_pattern and ffn_pattern,
+// sample.diffusion_sampler and noise_removal) keep only their default here, as data: the registries check the
+// values, document them (tools/config_reference.cpp), and a test keeps each default a registered name.
 #include "config/config_schema.h"
 
 namespace inkstone {
