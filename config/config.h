@@ -21,6 +21,8 @@ struct ChoiceNames;
     static constexpr auto names = std::array{__VA_ARGS__};     \
   }
 
+enum class DeviceChoice { automatic, cpu, cuda };  // run.device (auto picks CUDA when present)
+INKSTONE_CHOICE(DeviceChoice, "auto", "cpu", "cuda");
 enum class FloatFormat { fp32, bf16 };  // run.precision, run.param_dtype
 INKSTONE_CHOICE(FloatFormat, "fp32", "bf16");
 enum class ReferencePolicy { initial, old };  // rl.reference
@@ -96,7 +98,7 @@ struct RunConfig {
   std::string name;
   int64_t seed;
   std::string run_dir;    // empty: runs/<name>
-  std::string device;     // auto | cpu | cuda
+  DeviceChoice device;
   FloatFormat precision;    // bf16: autocast on CUDA
   FloatFormat param_dtype;  // bf16: bf16 weights and gradients; the optimizer steps fp32 master copies
   int64_t threads;        // libtorch intra-op threads

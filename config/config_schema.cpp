@@ -79,7 +79,7 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(run, seed, int64_t{1234}, "Seed for weights, sampling and (unless data.seed) data order.")
           .at_least(0),
       INKSTONE_FIELD(run, run_dir, "", "Run folder (metrics, checkpoints, resolved config); empty: runs/<name>."),
-      INKSTONE_FIELD(run, device, "auto", "auto picks CUDA when present.").one_of({"auto", "cpu", "cuda"}),
+      INKSTONE_CHOICE_FIELD(run, device, DeviceChoice::automatic, "auto picks CUDA when present."),
       INKSTONE_CHOICE_FIELD(run, precision, FloatFormat::fp32,
                             "bf16: the forward runs under bf16 autocast on CUDA (matmuls in bf16, softmax and norms "
                             "in fp32); CPU runs ignore it."),

@@ -27,23 +27,24 @@ std::string unescaped(const std::string& token) {
   return key;
 }
 
-// A JSON pointer as the key path users read in the file: "/splits/train" -> "splits/train", "" -> "". A key that
-// holds a '/' itself is quoted, so the path stays readable: "/model/a~1b" -> model/"a/b".
+// One key of a path as users read it: a key that holds a '/' itself is quoted, so the path stays unambiguous.
+std::string path_key(const std::string& key) { return key.find('/') == std::string::npos ? key : '"' + key + '"'; }
+
+std::string joined(const std::string& parent, const std::string& key) {
+  return parent.empty() ? path_key(key) : parent + "/" + path_key(key);
+}
+
+// A JSON pointer as the key path users read in the file: "/splits/train" -> "splits/train", "" -> "",
+// "/model/a~1b" -> model/"a/b".
 std::string key_path(const std::string& pointer) {
   std::string path;
   size_t start = 1;
   while (start <= pointer.size()) {
     const size_t end = std::min(pointer.find('/', start), pointer.size());
-    const std::string key = unescaped(pointer.substr(start, end - start));
-    if (!path.empty()) path += '/';
-    path += key.find('/') == std::string::npos ? key : '"' + key + '"';
+    path = joined(path, unescaped(pointer.substr(start, end - start)));
     start = end + 1;
   }
   return path;
-}
-
-std::string joined(const std::string& parent, const std::string& key) {
-  return parent.empty() ? key : parent + "/" + key;
 }
 
 }  // namespace

@@ -14,6 +14,9 @@ std::string describe_json_error(const nlohmann::json::exception& error);
 // `object[key]` when the object has it, else `fallback` (which must outlive the result): unlike json::value, which
 // returns a copy cut off from its document, errors inside the member still name their whole path.
 const nlohmann::json& json_member(const nlohmann::json& object, const char* key, const nlohmann::json& fallback);
+// A temporary document or fallback would leave the result dangling.
+const nlohmann::json& json_member(nlohmann::json&& object, const char* key, const nlohmann::json& fallback) = delete;
+const nlohmann::json& json_member(const nlohmann::json& object, const char* key, nlohmann::json&& fallback) = delete;
 
 // Fallbacks for json_member that live as long as the program.
 const nlohmann::json& json_null();

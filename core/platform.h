@@ -33,7 +33,8 @@ void keep_freed_memory_for_reuse();
 
 // A write past the file-size limit (`ulimit -f`, set on some shared clusters) raises SIGXFSZ, whose default action
 // ends the process mid-write without a word; ignored, the write fails with EFBIG and is reported like a full disk
-// (core/atomic_file.h: the target keeps its old contents). Called first thing in main.
+// (core/atomic_file.h: the target keeps its old contents). Called first thing in main; the ranks `inkstone launch`
+// starts inherit it.
 void report_file_size_limit_as_write_error();
 
 }  // namespace inkstone

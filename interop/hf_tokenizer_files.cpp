@@ -94,9 +94,10 @@ ImportedTokenizer import_hf_tokenizer(const fs::path& folder) {
 
   // Ids generation stops at: generation_config.json's, else tokenizer_config.json's eos token.
   std::vector<std::string> end_texts;
+  const std::string generation_eos = generation_file.string() + ": eos_token_id";
   if (generation.is_object())
-    for (int64_t id : id_list(json_member(generation, "eos_token_id", json_null()), generation_file.string() + ": eos_token_id"))
-      end_texts.push_back(added_token_text(out.document, id, generation_file.string() + ": eos_token_id"));
+    for (int64_t id : id_list(json_member(generation, "eos_token_id", json_null()), generation_eos))
+      end_texts.push_back(added_token_text(out.document, id, generation_eos));
   json eos = special_text(config, "eos_token", config_file);
   if (eos.is_null() && !end_texts.empty()) eos = end_texts.front();
   const json bos = special_text(config, "bos_token", config_file);

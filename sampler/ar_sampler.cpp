@@ -47,12 +47,16 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
                                    "model.max_seq_len = {}; shorten the prompt or lower max_new_tokens",
                                    p, length, options.max_new_tokens, length + options.max_new_tokens, max_len));
   }
-  // The KV cache of every row at full length, plus a few [rows, V] float rows of logits per step.
+  // The KV cache of every row at full length, plus a few [rows, V] float rows of logits per step. A hidden-stream
+  // model's shared cache cannot refill rows, so every sample is a row, and each token holds one slot per stream.
   const ModelConfig& m = model->config();
-  const auto rows = static_cast<double>(decode_rows(options, static_cast<int64_t>(prompts.size())));
+  const int64_t samples = static_cast<int64_t>(prompts.size()) * options.num_samples;
+  const auto rows = static_cast<double>(m.hidden_streams > 1 ? samples
+                                                              : decode_rows(options, static_cast<int64_t>(prompts.size())));
   size_t longest = 0;
   for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
-  const double length = static_cast<double>(longest) + static_cast<double>(options.max_new_tokens);
+  const double length = (static_cast<double>(longest) + static_cast<double>(options.max_new_tokens)) *
+                        static_cast<double>(std::max<int64_t>(m.hidden_streams, 1));
   const auto element = static_cast<double>(options.cache_dtype ? c10::elementSize(*options.cache_dtype)
                                                               : model->parameters().front().element_size());
   const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * element;

@@ -114,14 +114,19 @@ class PerRowCacheDecoder : public RowDecoder {
   }
 
   void compact(const std::vector<int64_t>& kept, int64_t rows) override {
-    const auto index = index_tensor(kept, device_);
+    // The bucket's idle rows become copies of the first kept row: their slots, positions and real keys then agree
+    // with their cache, so no idle row reads only padding under the read limit (a softmax over no key is NaN).
+    std::vector<int64_t> sources(kept);
+    sources.resize(static_cast<size_t>(rows), kept.front());
+    const auto index = index_tensor(sources, device_);
     cache_.gather_rows(index);
-    const auto n = static_cast<int64_t>(kept.size());
-    for (auto* state : {&slots_, &positions_}) state->narrow(0, 0, n).copy_(state->index_select(0, index));
+    for (auto* state : {&slots_, &positions_}) state->narrow(0, 0, rows).copy_(state->index_select(0, index));
     std::vector<int64_t> host(host_slots_.size(), 0);
-    for (size_t i = 0; i < kept.size(); ++i) host[i] = host_slots_[static_cast<size_t>(kept[i])];
+    for (size_t i = 0; i < sources.size(); ++i) host[i] = host_slots_[static_cast<size_t>(sources[i])];
     host_slots_ = std::move(host);
     cache_.use_rows(rows);
+    // Buckets only shrink: the larger ones' graphs (and their memory pools) are not replayed again.
+    graphs_.erase(graphs_.upper_bound(rows), graphs_.end());
   }
 
   bool graphed() const override { return use_graph_; }

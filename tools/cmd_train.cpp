@@ -68,7 +68,7 @@ int dry_run_rollouts(Config config, int64_t ranks, bool bf16) {
 int dry_run(Config config, int64_t ranks, const std::set<std::string>& given) {
   // Planned for where the run will go, which need not be this machine (a CUDA run's plan on a machine without a
   // GPU): bf16 autocast applies on CUDA, which run.device = auto picks where present.
-  const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != "cpu";
+  const bool bf16 = config.run.precision == FloatFormat::bf16 && config.run.device != DeviceChoice::cpu;
   if (objective_batch_kind(config.objective.name) == BatchKind::rollouts) return dry_run_rollouts(config, ranks, bf16);
   const int64_t split = ranks * config.train.grad_accum;
   if (config.train.batch_size % split != 0)

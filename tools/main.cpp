@@ -1,5 +1,6 @@
 // The `inkstone` command line. Exit codes: 0 success, 2 usage/config/input error, 1 runtime failure.
 #include <cstdio>
+#include <cstring>
 #include <new>
 #include <string>
 
@@ -16,18 +17,22 @@
 
 namespace {
 
-// The ranks of a data-parallel run share one terminal: each error line says whose it is (a message that already
-// starts with its rank, as a failed collective's does, keeps it once).
-void print_error(const std::string& message) {
-  std::string prefix;
+// The ranks of a data-parallel run share one terminal: each error line says whose it is. Read once at the start,
+// so that reporting an allocation failure allocates nothing more.
+std::string rank_prefix() {
   try {
     const inkstone::LaunchEnv launch = inkstone::launch_env_from_environment();
-    if (launch.distributed()) prefix = fmt::format("rank {}: ", launch.rank);
+    if (launch.distributed()) return fmt::format("rank {}: ", launch.rank);
   } catch (const std::exception&) {
     // Malformed launch variables: the command itself reports them.
   }
-  if (message.rfind(prefix, 0) == 0) prefix.clear();
-  fmt::print(stderr, "error: {}{}\n", prefix, message);
+  return "";
+}
+
+// A message that already starts with its rank, as a failed collective's does, keeps it once.
+void print_error(const std::string& prefix, const char* message) {
+  const bool named = !prefix.empty() && std::strncmp(message, prefix.c_str(), prefix.size()) == 0;
+  fmt::print(stderr, "error: {}{}\n", named ? "" : prefix.c_str(), message);
 }
 
 }  // namespace
@@ -58,6 +63,7 @@ int main(int argc, char** argv) {
   cli::add_launch_command(app, action);
   cli::add_version_command(app, action);
 
+  const std::string prefix = rank_prefix();
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -66,31 +72,31 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);
-    fmt::print(stderr, "error: {} (see --help)\n", e.what());
+    print_error(prefix, fmt::format("{} (see --help)", e.what()).c_str());
     return 2;
   }
 
   try {
     return action ? action() : 2;
   } catch (const InputError& e) {
-    print_error(e.what());
+    print_error(prefix, e.what());
     return 2;
   } catch (const nlohmann::json::exception& e) {
     // Every JSON document comes from a file the user gave or a folder they pointed at: bad input.
-    print_error(describe_json_error(e));
+    print_error(prefix, describe_json_error(e).c_str());
     return 2;
   } catch (const std::bad_alloc&) {
-    print_error("out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs less)");
+    print_error(prefix, "out of memory (an allocation failed; a smaller batch, sequence or vocabulary needs less)");
     return 1;
   } catch (const c10::Error& e) {
     // libtorch's what() carries a C++ stack dump; the user gets its message on one line.
     std::string message = e.what_without_backtrace();
     for (char& c : message)
       if (c == '\n') c = ' ';
-    print_error(message);
+    print_error(prefix, message.c_str());
     return 1;
   } catch (const std::exception& e) {
-    print_error(e.what());
+    print_error(prefix, e.what());
     return 1;
   }
 }

@@ -24,7 +24,7 @@ RunContext prepare_run(const Config& config, std::shared_ptr<const Tokenizer> to
   warn_if_reference_blas();
   torch::manual_seed(static_cast<uint64_t>(config.run.seed));
   RunContext ctx;
-  ctx.device = resolve_device(config.run.device);
+  ctx.device = resolve_device(choice_name(config.run.device));
   allow_tf32(config.run.tf32);
   ctx.tokenizer = tokenizer ? std::move(tokenizer) : load_run_tokenizer(config);
   return ctx;
@@ -194,7 +194,7 @@ TrainedModel load_trained_model(const std::string& checkpoint_or_run_dir, const 
   check_trained_objective(checkpoint, trained.config);
   set_threads(trained.config.run.threads);
   warn_if_reference_blas();
-  trained.device = resolve_device(device.empty() ? trained.config.run.device : device);
+  trained.device = resolve_device(device.empty() ? std::string(choice_name(trained.config.run.device)) : device);
   trained.tokenizer = tokenizer_from_json(checkpoint.tokenizer, checkpoint_or_run_dir + "/tokenizer.json");
   // An RL run's model is judged as the policy it is: decoded or denoised (rl.policy).
   trained.objective = make_policy_objective(trained.config, *trained.tokenizer);

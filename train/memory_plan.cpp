@@ -112,7 +112,7 @@ MemoryPlan plan_for(const Config& config, int64_t vocab_size, int64_t ranks, boo
   const double loss_rows = rows * static_cast<double>(tokens);
   // Planned for CUDA unless the run is on the CPU by name (the larger chunk where run.device = auto).
   const double chunk_rows = std::min(
-      loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib, config.run.device != "cpu")));
+      loss_rows, static_cast<double>(chunk_rows_for(vocab, config.objective.logit_chunk_mib, config.run.device != DeviceChoice::cpu)));
   plan.vocabulary_loss = loss_rows * d * plan.bytes_per_activation + (lora ? 0.0 : 4.0 * static_cast<double>(vocab * d)) +
                          objective_logit_copies(config.objective.name) * 4.0 * chunk_rows * static_cast<double>(vocab);
   return plan;

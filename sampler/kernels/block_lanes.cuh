@@ -44,14 +44,18 @@ struct BlockLanes {
   }
 };
 
-// cuRAND's Philox4_32_10 at the twin's counter: curand_init's offset counts 32-bit outputs, four per block.
+// cuRAND's Philox4x32-10 bijection at the twin's counter (offset low, offset high, subsequence low, subsequence
+// high) and key (the seed): one evaluation per block. curand_init + curand4 would reach the same block but evaluate
+// Philox twice per call (curand_init precomputes the state's next output).
 struct CurandUniforms {
   uint64_t seed, subsequence;
   uint32_t step;
   __device__ double at(int64_t v) const {
-    curandStatePhilox4_32_10_t state;
-    curand_init(seed, subsequence, 4 * step_offset(step, static_cast<uint64_t>(v) / 2), &state);
-    const uint4 block = curand4(&state);
+    const uint64_t offset = step_offset(step, static_cast<uint64_t>(v) / 2);
+    const uint4 counter = make_uint4(static_cast<uint32_t>(offset), static_cast<uint32_t>(offset >> 32),
+                                     static_cast<uint32_t>(subsequence), static_cast<uint32_t>(subsequence >> 32));
+    const uint4 block =
+        curand_Philox4x32_10(counter, make_uint2(static_cast<uint32_t>(seed), static_cast<uint32_t>(seed >> 32)));
     return v % 2 == 0 ? uniform_from_words(block.x, block.y) : uniform_from_words(block.z, block.w);
   }
 };

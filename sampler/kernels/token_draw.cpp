@@ -7,6 +7,7 @@
 #include "sampler/kernels/token_draw_row.h"
 
 #ifdef INKSTONE_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "sampler/kernels/token_draw_cuda.h"
@@ -42,8 +43,9 @@ KeyedDraws keyed_token_draw(const torch::Tensor& logits_in, const torch::Tensor&
               "keyed_token_draw: logits must be [N, V] float32 or bfloat16");
   const int64_t rows = logits_in.size(0), vocab = logits_in.size(1);
   for (const auto* keys : {&sequences_in, &positions_in})
-    TORCH_CHECK(keys->dim() == 1 && keys->size(0) == rows && keys->scalar_type() == torch::kLong,
-                "keyed_token_draw: sequences and positions must be [N] int64");
+    TORCH_CHECK(keys->dim() == 1 && keys->size(0) == rows && keys->scalar_type() == torch::kLong &&
+                    keys->device() == logits_in.device(),
+                "keyed_token_draw: sequences and positions must be [N] int64 on the logits' device");
   const auto logits = logits_in.contiguous();
   const auto sequences = sequences_in.contiguous();
   const auto positions = positions_in.contiguous();
@@ -51,6 +53,7 @@ KeyedDraws keyed_token_draw(const torch::Tensor& logits_in, const torch::Tensor&
   const bool bf16 = logits.scalar_type() == torch::kBFloat16;
   if (logits.is_cuda()) {
 #ifdef INKSTONE_CUDA
+    const c10::cuda::CUDAGuard on_logits_device(logits.device());
     void* stream = c10::cuda::getCurrentCUDAStream(logits.device().index()).stream();
     if (bf16) {
       kernels::launch_token_draw_bf16(reinterpret_cast<const kernels::Bf16Bits*>(logits.data_ptr<at::BFloat16>()),

@@ -4,6 +4,7 @@
 // sequence draws the same token from the same logits in any batch, bucket or refill order and on either device.
 // The same code runs on the CPU (one row per call) and inside the CUDA kernel (one row per block).
 #pragma once
+#include <cmath>
 #include <cstdint>
 
 #include "sampler/kernels/filter_row.h"
@@ -19,6 +20,10 @@ template <typename Logit, typename Lanes, typename Uniforms>
 INKSTONE_HD TokenDraw token_draw_row(const Logit* logits, int64_t vocab, const FilterParams& p, Uniforms& uniforms,
                                      Lanes& lanes) {
   const auto row = filter_row<double>(logits, vocab, nullptr, p, lanes);
+  // A row without one finite logit (a broken model's NaN) has no winner: token 0 with an undefined log-prob, never
+  // an id past the vocabulary.
+  const TokenDraw no_winner{0, ::nan("")};
+  if (row.argmax == vocab) return no_winner;
   if (row.greedy) return {row.argmax, 0.0};
   // Σ w is common to every score, so the race runs on the unnormalised weights.
   double race = -1.0;
@@ -33,6 +38,7 @@ INKSTONE_HD TokenDraw token_draw_row(const Logit* logits, int64_t vocab, const F
     }
   }
   lanes.argmax(race, winner);
+  if (winner == vocab) return no_winner;
   const double l = to_float(logits[winner]);
   return {winner, (l - row.best) / p.temperature - ::log(row.normaliser)};
 }

@@ -10,6 +10,7 @@
 #include "dataset/byte_tokenizer.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
+#include "sampler/row_decoders.h"
 #include "sampler/rollout.h"
 #include "tests/fixtures.h"
 #include "tests/sampler/sampler_fixtures.h"
@@ -47,6 +48,29 @@ void expect_same_samples(const ArSampleResult& got, const ArSampleResult& expect
     for (size_t t = 0; t < got.samples[i].log_probs.size(); ++t)
       EXPECT_NEAR(got.samples[i].log_probs[t], expected.samples[i].log_probs[t], 1e-4) << what << " sample " << i;
   }
+}
+
+// After a compaction the bucket's idle rows hold a kept row's state. Before, an idle row kept its old occupant's
+// cache (a 1-token prompt prefilled beside a 40-token one: slots 0..38 padding) under the kept rows' read limit
+// (3 slots), so it attended to padding only and its logits were NaN.
+TEST(ContinuousBatching, IdleRowsOfACompactedBucketAttendToRealKeys) {
+  auto model = testing::peaked_tiny_model();
+  RowDecoderSpec spec;
+  spec.rows = 8;
+  spec.capacity = 64;
+  spec.decode = DecodeMode::growing_cache;
+  const auto decoder = make_row_decoder(model, spec);
+  const std::vector<int32_t> long_prompt(40, 5), one_token = {3};
+  std::vector<const std::vector<int32_t>*> prompts(8, &one_token);
+  prompts[0] = &long_prompt;
+  decoder->start({0, 1, 2, 3, 4, 5, 6, 7}, prompts);
+  decoder->step(torch::full({8}, 4, torch::kLong));
+  decoder->start({1, 2, 4}, {&one_token, &one_token, &one_token});  // short refills: slot 1
+  decoder->step(torch::full({8}, 4, torch::kLong));
+  decoder->compact({1, 2, 4}, 4);  // idle row 3 held a padded 1-token prompt
+  const auto logits = decoder->step(torch::full({4}, 4, torch::kLong));
+  ASSERT_EQ(logits.size(0), 4);
+  EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << logits.isnan().any(1);
 }
 
 TEST(ContinuousBatching, SamplesDoNotDependOnRowsBucketsRefillsOrCacheForm) {

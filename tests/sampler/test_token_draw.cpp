@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <limits>
 
 #include "sampler/kernels/token_draw.h"
 #include "sampler/sampling.h"
@@ -71,6 +72,24 @@ TEST(KeyedTokenDraw, GreedyIsTheArgmaxWithLogProbZero) {
   const auto drawn = draw_rows(logits, SamplingParams{0.0, 0, 1.0, 0.0}, 0);
   EXPECT_TRUE(torch::equal(drawn.tokens, logits.argmax(1)));
   EXPECT_TRUE(torch::equal(drawn.log_probs, torch::zeros({16})));
+}
+
+// A row without one finite logit (a broken model's NaN, or all −inf) has no winner: token 0 with a NaN log-prob,
+// never the id one past the vocabulary (whose embedding lookup would fail on the next step).
+TEST(KeyedTokenDraw, ARowWithoutAFiniteLogitDrawsTokenZeroWithAnUndefinedLogProb) {
+  auto logits = torch::randn({3, 20});
+  logits[1].fill_(std::nan(""));
+  logits[2].fill_(-std::numeric_limits<float>::infinity());
+  for (const SamplingParams s : {SamplingParams{1.0, 0, 1.0, 0.0}, SamplingParams{0.0, 0, 1.0, 0.0},
+                                 SamplingParams{0.8, 5, 0.9, 0.05}}) {
+    const auto drawn = draw_rows(logits, s, 7);
+    for (const int64_t row : {1, 2}) {
+      EXPECT_EQ(drawn.tokens[row].item<int64_t>(), 0) << "row " << row;
+      EXPECT_TRUE(std::isnan(drawn.log_probs[row].item<float>())) << "row " << row;
+    }
+    EXPECT_LT(drawn.tokens[0].item<int64_t>(), 20);
+    EXPECT_TRUE(std::isfinite(drawn.log_probs[0].item<float>()));
+  }
 }
 
 TEST(KeyedTokenDraw, ARowsTokenDependsOnItsKeyNotOnItsBatch) {

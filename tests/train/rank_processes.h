@@ -15,6 +15,7 @@
 #include <vector>
 
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ inline Child spawn(const std::vector<std::string>& argv, const std::vector<std::
                    const std::filesystem::path& output) {
   Child child{::fork(), output};
   if (child.pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // a test that dies takes its children with it
     for (const auto& [name, value] : env) ::setenv(name.c_str(), value.c_str(), 1);
     std::FILE* out = std::fopen(output.c_str(), "w");
     ::dup2(::fileno(out), 1);

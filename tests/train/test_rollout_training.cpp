@@ -23,7 +23,7 @@ Config toy_scale(Config config) {
   config.model = testing::tiny_policy_config();
   config.model.max_seq_len = 160;  // GSM8K prompts are longer than the arithmetic ones
   config.data.seq_len = 160;       // a valid config (a resume parses the checkpoint's)
-  config.run.device = "cpu";
+  config.run.device = DeviceChoice::cpu;
   config.run.precision = FloatFormat::fp32;
   config.run.threads = 1;
   config.rl.prompts_per_step = 2;
