@@ -140,20 +140,23 @@ TEST(HfTokenizers, AnAddedTokenIdFarBeyondTheVocabularyIsRefused) {
   }
 }
 
+// What reading `original` after `damage` is refused with; "accepted" when it is not.
+std::string refusal_after(const json& original, const std::function<void(json&)>& damage) {
+  json document = original;
+  damage(document);
+  try {
+    tokenizer_from_json(document, "tiny");
+  } catch (const InputError& e) {
+    return std::string(e.what());
+  }
+  return "accepted";
+}
+
 // Ids must be integers in [0, 2^31) given once: the JSON library would wrap 2^62 to 0 and truncate 3.5 to 3, and
 // two entries of one id would make one of them undecodable.
 TEST(HfTokenizers, TokenIdsThatAreNotOneIntegerEachAreRefusedByName) {
   const json original = json::parse(read_file(fixtures_dir() / "tiny_metaspace_tokenizer.json"));
-  const auto refusal = [&](const std::function<void(json&)>& damage) {
-    json document = original;
-    damage(document);
-    try {
-      tokenizer_from_json(document, "tiny");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string();
-  };
+  const auto refusal = [&](const std::function<void(json&)>& damage) { return refusal_after(original, damage); };
   auto& vocab = original.at("model").at("vocab");
   const std::string first = vocab.begin().key(), second = std::next(vocab.begin()).key();
   EXPECT_NE(refusal([&](json& d) { d["model"]["vocab"][first] = int64_t{1} << 62; })
@@ -173,16 +176,7 @@ TEST(HfTokenizers, TokenIdsThatAreNotOneIntegerEachAreRefusedByName) {
 // A fault deep inside the normalizer or an added token is named by its whole path in the file.
 TEST(HfTokenizers, AFaultInsideANestedObjectIsNamedByItsWholePath) {
   const json original = json::parse(read_file(fixtures_dir() / "tiny_metaspace_tokenizer.json"));
-  const auto refusal = [&](const std::function<void(json&)>& damage) {
-    json document = original;
-    damage(document);
-    try {
-      tokenizer_from_json(document, "tiny");
-    } catch (const InputError& e) {
-      return std::string(e.what());
-    }
-    return std::string("accepted");
-  };
+  const auto refusal = [&](const std::function<void(json&)>& damage) { return refusal_after(original, damage); };
   EXPECT_EQ(refusal([](json& d) { d["added_tokens"][1]["content"] = 5; }),
             "tiny: malformed tokenizer.json: key 'added_tokens/1/content' must be a string, not a number");
   EXPECT_EQ(refusal([](json& d) { d["normalizer"]["normalizers"][0]["prepend"] = true; }),
