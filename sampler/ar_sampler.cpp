@@ -118,8 +118,14 @@ class DecodeRun {
     done_ = torch::ones({rows_}, i64.dtype(torch::kBool));
     history_ = torch::zeros({rows_, width_}, i64);
     history_log_probs_ = torch::zeros({rows_, width_}, i64.dtype(torch::kFloat));
-    if (!options.end_ids.empty())
-      end_ids_ = torch::tensor(std::vector<int64_t>(options.end_ids.begin(), options.end_ids.end())).to(device_);
+    if (!options.end_ids.empty()) {
+      // A [V] mask read at the drawn ids: one gather whatever the number of end ids (torch::isin sorts, and syncs,
+      // past a few dozen). Ids outside the vocabulary are never drawn.
+      end_mask_ = torch::zeros({filter_.support_size}, torch::TensorOptions().dtype(torch::kBool));
+      for (const int32_t id : options.end_ids)
+        if (id >= 0 && id < filter_.support_size) end_mask_[id] = true;
+      end_mask_ = end_mask_.to(device_);
+    }
     row_sample_.assign(static_cast<size_t>(rows_), -1);
     generated_host_.resize(static_cast<size_t>(rows_));
     out_.resize(static_cast<size_t>(samples_));
@@ -186,7 +192,7 @@ class DecodeRun {
     history_log_probs_.narrow(0, 0, in_use_).scatter_(1, column, drawn.log_probs.unsqueeze(1));
     generated.add_(1).clamp_max_(width_);
     auto ended = generated >= options_.max_new_tokens;
-    if (end_ids_.defined()) ended |= torch::isin(drawn.tokens, end_ids_);
+    if (end_mask_.defined()) ended |= end_mask_.index_select(0, drawn.tokens);
     done_.narrow(0, 0, in_use_) |= ended;
     return drawn.tokens;
   }
@@ -284,7 +290,7 @@ class DecodeRun {
   int64_t next_sample_ = 0;
   // Per row, on the device: its sample's key, tokens drawn, whether it ended, and what it drew.
   torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
-  torch::Tensor end_ids_;
+  torch::Tensor end_mask_;  // [V] bool: the end ids
   torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
   // Per row, on the host: its sample (−1: idle) and the tokens checked so far.
   std::vector<int64_t> row_sample_;
