@@ -19,6 +19,14 @@ inline int64_t resolved_ffn_dim(const ModelConfig& config) {
   return (two_thirds_of_4d + 63) / 64 * 64;
 }
 
+// Bytes of a KV cache of `rows` rows of `tokens` tokens (hidden decoding keeps one slot per stream and token), keys
+// and values of `element_bytes` each: what sampling checks against memory and what `--dry-run` plans for rollouts.
+inline double kv_cache_bytes(const ModelConfig& config, double rows, double tokens, double element_bytes) {
+  const double slots = tokens * static_cast<double>(config.hidden_streams > 1 ? config.hidden_streams : 1);
+  return 2.0 * static_cast<double>(config.n_layers * config.n_kv_heads * resolved_head_dim(config)) * rows * slots *
+         element_bytes;
+}
+
 inline RopeScaling resolved_rope_scaling(const ModelConfig& config) {
   return {config.rope_scaling, config.rope_scaling_factor, config.rope_low_freq_factor, config.rope_high_freq_factor,
           config.rope_original_max_len};

@@ -55,11 +55,10 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
                                                               : decode_rows(options, static_cast<int64_t>(prompts.size())));
   size_t longest = 0;
   for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
-  const double length = (static_cast<double>(longest) + static_cast<double>(options.max_new_tokens)) *
-                        static_cast<double>(std::max<int64_t>(m.hidden_streams, 1));
+  const double length = static_cast<double>(longest) + static_cast<double>(options.max_new_tokens);
   const auto element = static_cast<double>(options.cache_dtype ? c10::elementSize(*options.cache_dtype)
                                                               : model->parameters().front().element_size());
-  const double cache = 2.0 * m.n_layers * rows * length * m.n_kv_heads * resolved_head_dim(m) * element;
+  const double cache = kv_cache_bytes(m, rows, length, element);
   require_memory(cache + 4.0 * rows * model->vocab_size() * 4, model->parameters().front().device(),
                  fmt::format("sampling {} rows of {} positions", rows, length));
   check_sampling_params(s);

@@ -62,8 +62,10 @@ Denoiser prefix_cached_denoiser(LanguageModel model, const torch::Tensor& commit
     ++step;
     if (refresh) {
       cache.rewind(0);
-      model->extend_cache(torch::cat({committed, z}, 1), cache, {MaskMode::bidirectional, {}, {}});
+      const auto hidden = model->extend_cache(torch::cat({committed, z}, 1), cache, {MaskMode::bidirectional, {}, {}});
       cache.rewind(start * model->config().hidden_streams);
+      // The block's rows of this pass are what running the block alone against these keys and values gives.
+      return model->logits(hidden.narrow(1, start, z.size(1)));
     }
     const int64_t kept = cache.length();
     auto logits = model->logits(model->extend_cache(z, cache, {MaskMode::bidirectional, {}, {}}));

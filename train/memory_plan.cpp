@@ -140,9 +140,7 @@ MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t
   const double rows = static_cast<double>(rank_rows);
   if (policy.causal) {
     // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits.
-    const double slots = static_cast<double>(c.hidden_streams * length);
-    plan.rollouts = 2.0 * static_cast<double>(c.n_layers * c.n_kv_heads * resolved_head_dim(c)) * rows * slots *
-                        static_cast<double>(plan.bytes_per_weight) +
+    plan.rollouts = kv_cache_bytes(c, rows, static_cast<double>(length), static_cast<double>(plan.bytes_per_weight)) +
                     3.0 * 4.0 * rows * vocab;
   } else {
     // The denoiser's float logits of the whole canvas, and the float64 posterior's working copy of one step.
