@@ -28,6 +28,7 @@
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/diffusion_posterior.h"
+#include "sampler/block_sampler.h"
 #include "sampler/diffusion_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "sampler/rollout.h"
@@ -63,6 +64,9 @@ struct BenchArgs {
   int64_t group = 8, prompts = 4;        // rollout
   std::string batching = "continuous";   // rollout: continuous | static (one batch until its last row ends)
   int64_t end_every = 0;                 // rollout: every end_every-th id ends a row too (varied lengths); 0: off
+  int64_t block_size = 32;               // diffusion-blocks: positions per block; 0: the whole window at once
+  std::string context = "exact";         // diffusion-blocks: exact | approximate | noisy-suffix | dual
+  double threshold = 0;                  // diffusion-blocks: the confidence threshold (0: the step schedule alone)
 };
 
 DecodeMode decode_mode(const BenchArgs& a) {
@@ -265,6 +269,42 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
           {"model_calls", result.model_calls}};
 }
 
+// Confidence decoding of `seq_len` positions after a one-token prompt, `denoise_steps` steps in all: in blocks of
+// block_size (each its share of the steps) with the context read as `context` says (sampler/block_sampler.h), or
+// the whole window at once (block_size 0), the decoding the block caches are measured against.
+nlohmann::json run_diffusion_blocks(const BenchArgs& a) {
+  auto s = sampling_setup(a, "uniform_diffusion", a.seq_len + 1);
+  const auto process = diffusion_process_of(s);
+  const std::vector<int32_t> prompt = {s.ctx.tokenizer->specials().eos};
+  DiffusionSampleOptions options;
+  options.seed = a.seed;
+  options.method = DiffusionMethod::confidence;
+  options.confidence_threshold = a.threshold;
+  BlockSampleOptions blocks;
+  blocks.block_size = a.block_size;
+  blocks.max_new_tokens = a.seq_len;
+  blocks.use_cache = false;
+  blocks.approximate_cache = a.context == "approximate" || a.context == "dual";
+  blocks.noisy_suffix = a.context == "noisy-suffix" || a.context == "dual";
+  const int64_t count = a.block_size > 0 ? (a.seq_len + a.block_size - 1) / a.block_size : 1;
+  auto decode = [&](int64_t steps) {
+    options.steps = std::max<int64_t>(1, steps / count);
+    if (a.block_size > 0) {
+      blocks.per_block = options;
+      return sample_in_blocks(s.model, process, prompt, a.batch, blocks, s.ctx.device).model_calls;
+    }
+    auto fixed = torch::zeros({a.batch, 1 + a.seq_len}, torch::kBool);
+    fixed.narrow(1, 0, 1).fill_(true);
+    const DiffusionCanvas canvas{torch::full({a.batch, 1 + a.seq_len}, prompt.front(), torch::kLong), fixed};
+    return sample_diffusion(model_denoiser(s.model, process), process, canvas, options, s.ctx.device).model_calls;
+  };
+  decode(count);  // warmup: first calls allocate and pick kernels
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t calls = decode(a.denoise_steps);
+  const double seconds = seconds_since(start);
+  return {{"sequences_per_s", a.batch / seconds}, {"seconds", seconds}, {"model_calls", calls}};
+}
+
 // One reverse step alone, no model: from logits [batch, seq_len, V] to the next tokens, fused (the kernel, or its
 // CPU twin) or eager (float64 x̂, posterior and exponential race, as the sampler's reference path). Random logits
 // in the run's precision; --denoise-steps timed repetitions after one untimed.
@@ -372,9 +412,9 @@ int main(int argc, char** argv) {
   inkstone::keep_freed_memory_for_reuse();
   BenchArgs a;
   CLI::App app{"inkstone_bench: one benchmark measurement as a JSON line (driven by bench/run)"};
-  app.add_option("mode", a.mode, "train | diffusion-sample | diffusion-step | decode | rollout")
+  app.add_option("mode", a.mode, "train | diffusion-sample | diffusion-blocks | diffusion-step | decode | rollout")
       ->required()
-      ->check(CLI::IsMember({"train", "diffusion-sample", "diffusion-step", "decode", "rollout"}));
+      ->check(CLI::IsMember({"train", "diffusion-sample", "diffusion-blocks", "diffusion-step", "decode", "rollout"}));
   app.add_option("--work", a.work, "Scratch folder: synthetic corpus, run folder, share.safetensors");
   app.add_option("--device", a.device)->check(CLI::IsMember({"cpu", "cuda"}));
   app.add_option("--precision", a.precision)->check(CLI::IsMember({"fp32", "bf16"}));
@@ -407,6 +447,15 @@ int main(int argc, char** argv) {
   app.add_option("--end-every", a.end_every, "rollout: ids 0, n, 2n, ... end a row as eos does; 0: eos only")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
+  // The last --block-size and --context count: bench/run appends a comparison's own to the row's.
+  app.add_option("--block-size", a.block_size, "diffusion-blocks: positions per block; 0: the whole window")
+      ->check(CLI::NonNegativeNumber)
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--context", a.context, "diffusion-blocks: exact | approximate | noisy-suffix | dual")
+      ->check(CLI::IsMember({"exact", "approximate", "noisy-suffix", "dual"}))
+      ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  app.add_option("--threshold", a.threshold, "diffusion-blocks: confidence threshold; 0: off")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--profile", a.profile, "Write a Chrome trace of the libtorch ops run to this file");
   app.add_option("--kernel-times", a.kernel_times,
                  "train, CUDA (libtorch 2.x): Kineto trace of the timed steps to this file, top kernels in the JSON");
@@ -422,6 +471,7 @@ int main(int argc, char** argv) {
     if (!a.profile.empty()) profile.emplace(a.profile);
     nlohmann::json result = a.mode == "train"              ? run_train(a)
                             : a.mode == "diffusion-sample" ? run_diffusion_sample(a)
+                            : a.mode == "diffusion-blocks" ? run_diffusion_blocks(a)
                             : a.mode == "diffusion-step"   ? run_diffusion_step(a)
                             : a.mode == "decode"           ? run_decode(a)
                                                            : run_rollout(a);

@@ -344,6 +344,7 @@ struct SampleConfig {
   int64_t batch_size;          // sequences decoded at once (AR rows; diffusion sequences per denoiser call)
   double confidence_threshold;  // diffusion confidence samplers: also commit every open position scoring >= this
   bool approximate_cache;      // diffusion in blocks, whole-window models: reuse the context's keys per block
+  bool noisy_suffix;           // diffusion in blocks, whole-window models: the blocks still to come read as noise
   bool fused;                  // diffusion: the fused step (sampler/kernels/diffusion_step.h)
   PosteriorPrecision posterior; // diffusion: float64 | float32, the precision of x̂, the posterior and the draw
   bool cuda_graphs;            // AR decoding on CUDA: a replayed graph (sampler/decode_step.h)

@@ -380,6 +380,10 @@ std::vector<FieldSpec> build_schema() {
       INKSTONE_FIELD(sample, approximate_cache, false,
                      "Diffusion in blocks with a model trained on whole windows: compute the context's keys and "
                      "values once per block (docs/diffusion.md, \"Approximate prefix cache\")."),
+      INKSTONE_FIELD(sample, noisy_suffix, false,
+                     "Diffusion in blocks with a model trained on whole windows: the blocks still to come are present "
+                     "as noise while a block is denoised (LLaDA's canvas); with the approximate cache their keys and "
+                     "values are cached too (docs/diffusion.md, \"Noisy suffix and the dual cache\")."),
       INKSTONE_FIELD(sample, batch_size, int64_t{256},
                      "Sequences decoded at once: AR rows, each refilled with the next waiting sequence as it "
                      "finishes; diffusion sequences per denoiser call.")

@@ -196,37 +196,48 @@ class DecodeRun {
     return drawn.tokens;
   }
 
+  // The rows' state in one device-to-host transfer (a GPU drains its queue once per check, not once per tensor),
+  // into pinned memory on CUDA: per row in use [done, tokens drawn, history (width_), history's log-prob bits
+  // (width_)] int32. Token ids and counts fit int32; the log-probs travel as their float bits.
+  torch::Tensor read_rows_on_host() {
+    const auto rows = [&](const torch::Tensor& state) { return state.narrow(0, 0, in_use_); };
+    const auto packed =
+        torch::cat({rows(done_).to(torch::kInt).unsqueeze(1), rows(generated_).to(torch::kInt).unsqueeze(1),
+                    rows(history_).to(torch::kInt), rows(history_log_probs_).view(torch::kInt)},
+                   1);
+    if (!device_.is_cuda()) return packed;
+    if (!host_rows_.defined() || host_rows_.numel() < packed.numel())
+      host_rows_ = torch::empty({packed.numel()}, packed.options().device(torch::kCPU).pinned_memory(true));
+    auto host = host_rows_.narrow(0, 0, packed.numel()).view(packed.sizes());
+    host.copy_(packed);
+    return host;
+  }
+
   // Reads the rows' ends on the host, where stop strings are checked too; finished rows hand their sample out and
   // fall idle. Returns whether any row is still running or any sample waits.
   bool check() {
-    const auto done = done_.narrow(0, 0, in_use_).cpu();
-    const auto done_at = done.accessor<bool, 1>();
-    bool any_done = false;
-    for (int64_t r = 0; r < in_use_; ++r) any_done |= row_sample_[static_cast<size_t>(r)] >= 0 && done_at[r];
+    const auto host = read_rows_on_host();
+    const auto state = host.accessor<int32_t, 2>();
+    const auto log_probs = host.narrow(1, 2 + width_, width_).contiguous().view(torch::kFloat);
     bool running = false;
-    if (any_done || options_.stop_when) {
-      const auto history = history_.narrow(0, 0, in_use_).cpu();
-      const auto log_probs = history_log_probs_.narrow(0, 0, in_use_).cpu();
-      const auto generated = generated_.narrow(0, 0, in_use_).cpu();
-      for (int64_t r = 0; r < in_use_; ++r) {
-        if (row_sample_[static_cast<size_t>(r)] < 0) continue;
-        running |= !scan_row(r, history[r], log_probs[r], generated[r].item<int64_t>());
-      }
-    } else {
-      for (int64_t r = 0; r < in_use_; ++r) running |= row_sample_[static_cast<size_t>(r)] >= 0;
+    for (int64_t r = 0; r < in_use_; ++r) {
+      if (row_sample_[static_cast<size_t>(r)] < 0) continue;
+      const bool done = state[r][0] != 0;
+      running |= (done || options_.stop_when) ? !scan_row(r, state[r], log_probs[r]) : true;
     }
     return running || next_sample_ < samples_;
   }
 
-  // Walks row r's tokens drawn since its last check; at its first end id, stop or length it hands the sample out
-  // and returns true.
-  bool scan_row(int64_t r, const torch::Tensor& history, const torch::Tensor& log_probs, int64_t generated) {
+  // Walks row r's tokens drawn since its last check (its packed host state: done, count, history); at its first
+  // end id, stop or length it hands the sample out and returns true.
+  template <typename RowState>
+  bool scan_row(int64_t r, const RowState& state, const torch::Tensor& log_probs) {
     const auto row = static_cast<size_t>(r);
-    const auto tokens = history.accessor<int64_t, 1>();
+    const int64_t generated = state[1];
     auto& so_far = generated_host_[row];
     const int64_t last = std::min(generated, options_.max_new_tokens);
     for (auto i = static_cast<int64_t>(so_far.size()); i < last; ++i) {
-      so_far.push_back(static_cast<int32_t>(tokens[i]));
+      so_far.push_back(state[2 + i]);
       FinishReason finish = FinishReason::length;
       bool ended = std::find(options_.end_ids.begin(), options_.end_ids.end(), so_far.back()) != options_.end_ids.end();
       if (ended) {
@@ -291,6 +302,7 @@ class DecodeRun {
   torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
   torch::Tensor end_mask_;  // [V] bool: the end ids
   torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
+  torch::Tensor host_rows_;  // CUDA: the pinned buffer read_rows_on_host copies into
   // Per row, on the host: its sample (−1: idle) and the tokens checked so far.
   std::vector<int64_t> row_sample_;
   std::vector<std::vector<int32_t>> generated_host_;

@@ -11,15 +11,24 @@
 #include "models/attention_mask.h"
 #include "models/block_registry.h"
 #include "models/kv_cache.h"
+#include "objectives/diffusion_objective.h"
+#include "sampler/kernels/diffusion_step.h"
 
 namespace inkstone {
 namespace {
 
-// Logits [B, S] of a noisy block z at positions [start, start + S) after the context `committed` [B, start]: with
-// the cache (which holds the context; the block's keys are forgotten afterwards), under the block-causal rule with
-// the prompt as block −1, or bidirectionally.
+// RoPE positions [rows, count] of `count` positions from `first` on.
+torch::Tensor positions_from(int64_t first, int64_t count, int64_t rows, torch::Device device) {
+  return torch::arange(first, first + count, torch::TensorOptions().dtype(torch::kLong).device(device))
+      .expand({rows, count});
+}
+
+// Logits [B, S] of a noisy block z at positions [start, start + S) after the context `committed` [B, start] (and
+// before `suffix` [B, n], the noise of the blocks still to come, when it has columns): with the cache (which holds
+// the context; the block's keys are forgotten afterwards), under the block-causal rule with the prompt as block −1,
+// or bidirectionally.
 Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, const torch::Tensor& committed,
-                        int64_t prompt_length, int64_t block, KVCache* cache) {
+                        const torch::Tensor& suffix, int64_t prompt_length, int64_t block, KVCache* cache) {
   return [=](const torch::Tensor& z, const torch::Tensor&) mutable {
     if (cache) {
       const int64_t kept = cache->length();
@@ -28,7 +37,6 @@ Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, co
       return logits;
     }
     const int64_t start = committed.size(1), length = start + z.size(1);
-    const auto sequence = torch::cat({committed, z}, 1);
     torch::Tensor hidden;
     if (process.block_size > 0) {
       const auto options = torch::TensorOptions().dtype(torch::kLong);
@@ -38,40 +46,73 @@ Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, co
       const auto noisy = torch::arange(length, options).ge(start);
       RuleInputs ruled;
       ruled.allowed = block_diffusion_rule(ids, noisy, ids, noisy);
-      hidden = model->hidden_states_under_rule(sequence, ruled);
+      hidden = model->hidden_states_under_rule(torch::cat({committed, z}, 1), ruled);
     } else {
       WindowInputs window;
       window.mask = MaskMode::bidirectional;
-      hidden = model->hidden_states(sequence, window);
+      hidden = model->hidden_states(torch::cat({committed, z, suffix}, 1), window);
       if (process.shifted_outputs) hidden = outputs_shifted_right(hidden);
     }
     return model->logits(hidden.narrow(1, start, z.size(1)));
   };
 }
 
-// The approximate prefix cache (docs/diffusion.md, "Approximate prefix cache"; Fast-dLLM, Wu et al. 2025): a
-// bidirectional model's context reads the noisy block too, so its keys and values change as the block is
-// denoised. They are computed from [context | z] at the block's first model call (and every `refresh_every` calls),
-// and every call then runs the block alone against them; refreshed at every call, this is the exact recomputation.
-Denoiser prefix_cached_denoiser(LanguageModel model, const torch::Tensor& committed, KVCache& cache,
-                                int64_t refresh_every) {
+// The approximate caches (docs/diffusion.md, "Approximate prefix cache"; Fast-dLLM, Wu et al. 2025): a
+// bidirectional model's context (and noisy suffix) reads the noisy block too, so their keys and values change as
+// the block is denoised. They are computed with the block at the block's first model call (and every
+// `refresh_every` calls), and every call then runs the block alone against them; refreshed at every call, this is
+// the exact recomputation.
+//
+// The refreshing pass runs [context | suffix | block] with each token at its own RoPE position, so that the cache
+// ends with the slots to keep and the block's slots can be wound back off its end. Attention reads keys as a set
+// and every other layer acts per token, so the order changes nothing but the summation order of float rounding
+// (models whose layers mix neighbouring tokens, convolutions, are refused by check_approximate_cache).
+Denoiser context_cached_denoiser(LanguageModel model, const torch::Tensor& committed, const torch::Tensor& suffix,
+                                 KVCache& cache, int64_t refresh_every) {
   int64_t step = 0;
   return [=, &cache](const torch::Tensor& z, const torch::Tensor&) mutable {
-    const int64_t start = committed.size(1);
+    const int64_t start = committed.size(1), size = z.size(1), after = suffix.size(1);
+    const int64_t rows = z.size(0);
+    const auto device = z.device();
+    const auto block_positions = positions_from(start, size, rows, device);
     const bool refresh = step == 0 || (refresh_every > 0 && step % refresh_every == 0);
     ++step;
     if (refresh) {
       cache.rewind(0);
-      const auto hidden = model->extend_cache(torch::cat({committed, z}, 1), cache, {MaskMode::bidirectional, {}, {}});
-      cache.rewind(start * model->config().hidden_streams);
+      const auto positions = torch::cat(
+          {positions_from(0, start, rows, device), positions_from(start + size, after, rows, device), block_positions},
+          1);
+      const auto hidden = model->extend_cache(torch::cat({committed, suffix, z}, 1), cache,
+                                              {MaskMode::bidirectional, positions, {}});
+      cache.rewind((start + after) * model->config().hidden_streams);
       // The block's rows of this pass are what running the block alone against these keys and values gives.
-      return model->logits(hidden.narrow(1, start, z.size(1)));
+      return model->logits(hidden.narrow(1, start + after, size));
     }
     const int64_t kept = cache.length();
-    auto logits = model->logits(model->extend_cache(z, cache, {MaskMode::bidirectional, {}, {}}));
+    auto logits = model->logits(model->extend_cache(z, cache, {MaskMode::bidirectional, block_positions, {}}));
     cache.rewind(kept);
     return logits;
   };
+}
+
+// The prior's tokens [rows, length] on `device` for the positions after the block being denoised: all-mask, or
+// draws keyed by (seed, row, position) as the fused step's prior.
+torch::Tensor noisy_suffix_tokens(const DiffusionProcess& process, int64_t rows, int64_t length, int64_t seed,
+                                  torch::Device device) {
+  const auto sequences = torch::arange(rows, torch::kLong);
+  return keyed_prior_tokens(process.support->member_mask(device), sequences, length, static_cast<uint64_t>(seed),
+                            prior_mask_share(*process.noise), process.mask_id)
+      .to(device);
+}
+
+void check_noisy_suffix(const DiffusionProcess& process, const BlockSampleOptions& options) {
+  if (!options.noisy_suffix) return;
+  if (process.block_size > 0 || options.use_cache)
+    throw InputError("a noisy suffix is for models trained on whole windows; a block-diffusion model never reads "
+                     "the positions after its block");
+  if (process.shifted_outputs)
+    throw InputError("a noisy suffix is read as the rest of the window, and diffusion.shifted_outputs reads each "
+                     "token from the position before it; sample without it");
 }
 
 void check_approximate_cache(const LanguageModel& model, const DiffusionProcess& process,
@@ -105,6 +146,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
         "(block-causal); sample without the cache");
   if (process.time_conditioned) throw InputError("generating in blocks needs a model without time conditioning");
   check_approximate_cache(model, process, options);
+  check_noisy_suffix(process, options);
   const int64_t blocks = (options.max_new_tokens + block - 1) / block;
   const int64_t prompt_length = static_cast<int64_t>(prompt.size());
   const int64_t total = prompt_length + blocks * block;
@@ -128,6 +170,10 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
       ++result.model_calls;
     }
   }
+  // The noise of every generated position; block b reads the part after it.
+  const auto suffix = options.noisy_suffix
+                          ? noisy_suffix_tokens(process, rows, blocks * block, options.per_block.seed, device)
+                          : torch::empty({rows, 0}, torch::TensorOptions().dtype(torch::kLong).device(device));
   auto ended = torch::zeros({rows}, torch::TensorOptions().dtype(torch::kBool).device(device));
   for (int64_t b = 0; b < blocks; ++b) {
     DiffusionSampleOptions per_block = options.per_block;
@@ -135,10 +181,12 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
     per_block.seed = static_cast<int64_t>(
         counter_hash({static_cast<uint64_t>(options.per_block.seed), static_cast<uint64_t>(b)}) >> 1);
     const DiffusionCanvas canvas{torch::zeros({rows, block}, torch::kLong), torch::zeros({rows, block}, torch::kBool)};
+    const auto after = suffix.narrow(1, std::min((b + 1) * block, suffix.size(1)),
+                                     std::max<int64_t>(0, suffix.size(1) - (b + 1) * block));
     const auto denoiser =
         options.approximate_cache
-            ? prefix_cached_denoiser(model, committed, *cache, options.refresh_every)
-            : block_denoiser(model, process, committed, prompt_length, block, cache ? &*cache : nullptr);
+            ? context_cached_denoiser(model, committed, after, *cache, options.refresh_every)
+            : block_denoiser(model, process, committed, after, prompt_length, block, cache ? &*cache : nullptr);
     const auto done = sample_diffusion(denoiser, process, canvas, per_block, device);
     result.model_calls += done.model_calls;
     const auto tokens = done.tokens.to(device);

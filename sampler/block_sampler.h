@@ -4,8 +4,10 @@
 // A model trained as block diffusion (diffusion.block_size > 0) reads its context under the block-causal rule, and
 // then the keys and values of the committed blocks can be kept in a KV cache: each denoising step runs the model on
 // the block alone. Any other diffusion model reads prompt, committed blocks and the noisy block bidirectionally
-// (MDLM's semi-autoregressive strides): it recomputes the context at every step, or with the approximate cache
-// reuses the context's keys and values computed at the block's first step (Fast-dLLM's prefix cache).
+// (MDLM's semi-autoregressive strides), and with a noisy suffix also the blocks still to come, as noise (LLaDA's
+// semi-autoregressive canvas): it recomputes everything at every step, or with the approximate cache reuses the
+// keys and values of the context (and of the suffix) computed at the block's first step (Fast-dLLM's prefix and
+// dual caches).
 #pragma once
 #include <cstdint>
 #include <vector>
@@ -24,6 +26,11 @@ struct BlockSampleOptions {
   // `refresh_every` steps of a block (0: once per block; 1: every step, the exact recomputation).
   bool approximate_cache = false;
   int64_t refresh_every = 0;
+  // Models trained on whole windows: the positions of the blocks after the one being denoised are present as the
+  // prior's noise (all-mask, or keyed uniform draws), so the model reads a window as long as the whole text from
+  // the first block on (docs/diffusion.md, "Noisy suffix"); with approximate_cache their keys and values are kept
+  // beside the context's (the dual cache). false: the text grows block by block.
+  bool noisy_suffix = false;
   // The sampler run on each block; steps are per block. adaptive runs as confidence (its end anchor belongs to a
   // whole-window canvas). Block b draws with seed counter_hash(seed, b).
   DiffusionSampleOptions per_block;

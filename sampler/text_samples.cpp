@@ -47,6 +47,7 @@ BlockSampleOptions block_sample_options(const SampleConfig& sample, int64_t bloc
   options.max_new_tokens = sample.max_new_tokens;
   options.use_cache = process.block_size > 0;
   options.approximate_cache = sample.approximate_cache;
+  options.noisy_suffix = sample.noisy_suffix;
   options.per_block = diffusion_sample_options(sample);
   return options;
 }

@@ -32,7 +32,9 @@ struct GenPplOptions {
   std::vector<std::string> samplers = {"ancestral", "greedy-tail", "confidence", "adaptive"};
   std::vector<int64_t> steps = {8, 16, 32, 64, 128};
   std::vector<double> thresholds = {0.0};  // confidence samplers (sample.confidence_threshold)
-  std::vector<std::string> caches = {"exact"};  // semi-ar samplers: exact (or none) | approximate
+  // semi-ar samplers: exact (or none) | approximate (prefix cache) | noisy-suffix (exact, the blocks still to come
+  // read as noise) | dual (noisy suffix with the approximate cache)
+  std::vector<std::string> caches = {"exact"};
   int64_t num = 16;
   std::optional<int64_t> max_new_tokens, seed, batch_size, block_size;
   std::optional<double> temperature, top_p;
@@ -138,7 +140,8 @@ GridRow sample_grid_point(const DiffusionGrid& g, GridRow row) {
     // `steps` counts steps over the whole text: each block gets its share.
     BlockSampleOptions blocks = block_sample_options(g.sample, g.block_size, g.process);
     blocks.max_new_tokens = g.new_tokens;
-    blocks.approximate_cache = row.cache == "approximate";
+    blocks.approximate_cache = row.cache == "approximate" || row.cache == "dual";
+    blocks.noisy_suffix = row.cache == "noisy-suffix" || row.cache == "dual";
     blocks.per_block = options;
     const int64_t count = (g.new_tokens + g.block_size - 1) / g.block_size;
     blocks.per_block.steps = std::max<int64_t>(1, (row.steps + count - 1) / count);
@@ -285,9 +288,10 @@ void add_gen_ppl_command(CLI::App& app, Action& action) {
       ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--caches", o->caches,
                   "semi-ar samplers: exact (the block-diffusion cache, or recomputing the context), approximate "
-                  "(the prefix cache, once per block) (comma-separated)")
+                  "(the prefix cache, once per block), noisy-suffix (exact, the blocks still to come read as noise), "
+                  "dual (the noisy suffix and the context cached once per block) (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"exact", "approximate"}));
+      ->check(CLI::IsMember({"exact", "approximate", "noisy-suffix", "dual"}));
   cmd->add_option("--num", o->num, "Samples per grid point")->check(count_range(1, 1000000));
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Positions to generate")->check(count_range(1, 1 << 24));
   cmd->add_option("--prompt", o->prompt, "Prefix every sample continues (default: none)");

@@ -36,6 +36,7 @@ struct SampleOptions {
   std::optional<int64_t> steps, block_size;
   bool no_cache = false;
   bool approximate_cache = false;
+  bool noisy_suffix = false;
   std::optional<std::string> diffusion_sampler, noise_removal;
   std::string infill;
   int64_t trace = 0;
@@ -64,6 +65,7 @@ SampleConfig with_overrides(const SampleOptions& o, SampleConfig sample) {
   sample.min_p = o.min_p.value_or(sample.min_p);
   sample.confidence_threshold = o.confidence_threshold.value_or(sample.confidence_threshold);
   sample.approximate_cache = sample.approximate_cache || o.approximate_cache;
+  sample.noisy_suffix = sample.noisy_suffix || o.noisy_suffix;
   if (o.posterior) sample.posterior = choice_named<PosteriorPrecision>(*o.posterior).value();
   if (o.cache_dtype) sample.cache_dtype = choice_named<CacheFormat>(*o.cache_dtype).value();
   sample.block_size = o.block_size.value_or(sample.block_size);
@@ -126,6 +128,7 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
     throw InputError("--confidence-threshold is a diffusion option; this checkpoint is autoregressive");
   if (o.approximate_cache)
     throw InputError("--approximate-cache is a diffusion option; this checkpoint is autoregressive");
+  if (o.noisy_suffix) throw InputError("--noisy-suffix is a diffusion option; this checkpoint is autoregressive");
 
   const PromptFormat format(trained.config.chat, tokenizer);
   ArSampleOptions options = ar_sample_options(with_overrides(o, defaults), format);
@@ -148,6 +151,14 @@ int sample_autoregressive_run(const SampleOptions& o, TrainedModel& trained) {
   fmt::print(stderr, "{} tokens in {:.2f} s ({:.0f} tokens/s{}), checkpoint step {}\n", result.generated_tokens,
              result.seconds, result.tokens_per_s, result.cuda_graph ? ", CUDA graph" : "", trained.step);
   return 0;
+}
+
+// How the blocks read their context, for the summary line.
+std::string context_words(const BlockSampleOptions& options) {
+  if (options.use_cache) return ", KV cache";
+  std::string words = options.noisy_suffix ? ", noisy suffix" : "";
+  if (options.approximate_cache) words += options.noisy_suffix ? ", dual cache" : ", approximate prefix cache";
+  return words;
 }
 
 // Semi-autoregressive: each prompt's copies are generated block by block (sampler/block_sampler.h).
@@ -177,8 +188,7 @@ int sample_blocks_run(const SampleOptions& o, TrainedModel& trained, const Diffu
   fmt::print(stderr, "{} prompts x {} samples, {} blocks of {} ({} steps each{}), {} model calls in {:.2f} s, "
                      "checkpoint step {}\n",
              prompts.size(), copies, blocks, options.block_size, options.per_block.steps,
-             options.use_cache ? ", KV cache" : options.approximate_cache ? ", approximate prefix cache" : "", calls,
-             seconds, trained.step);
+             context_words(options), calls, seconds, trained.step);
   return 0;
 }
 
@@ -218,6 +228,9 @@ int sample_diffusion_run(const SampleOptions& o, TrainedModel& trained) {
   if (settings.approximate_cache)
     throw InputError("the approximate prefix cache (--approximate-cache, sample.approximate_cache) is for generating "
                      "in blocks; give --block-size");
+  if (settings.noisy_suffix)
+    throw InputError("a noisy suffix (--noisy-suffix, sample.noisy_suffix) is for generating in blocks; give "
+                     "--block-size");
   // Prompts are prefixes (an empty one samples unconditionally); an infill template fixes text around holes.
   std::vector<std::string> prompts;
   std::vector<CanvasRow> layouts;
@@ -321,6 +334,9 @@ void add_sample_command(CLI::App& app, Action& action) {
   cmd->add_flag("--no-cache", o->no_cache, "Diffusion in blocks: recompute the committed blocks at every step");
   cmd->add_flag("--approximate-cache", o->approximate_cache,
                 "Diffusion in blocks, models trained on whole windows: the context's keys and values once per block");
+  cmd->add_flag("--noisy-suffix", o->noisy_suffix,
+                "Diffusion in blocks, models trained on whole windows: the blocks still to come are read as noise "
+                "(with --approximate-cache: the dual cache)");
   cmd->add_option("--trace", o->trace, "Diffusion: print every sequence every K steps (stderr)")
       ->check(count_range(0, 1000000));
   cmd->add_option("--min-p", o->min_p,

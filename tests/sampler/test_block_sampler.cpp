@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "dataset/byte_tokenizer.h"
+#include "objectives/masked_noise.h"
 #include "objectives/uniform_noise.h"
 #include "sampler/block_sampler.h"
 #include "tests/fixtures.h"
@@ -19,6 +20,15 @@ DiffusionProcess byte_process(int64_t trained_block_size) {
   p.support = std::make_shared<NoiseSupport>(ByteTokenizer(), 260, false);
   p.end_id = ByteTokenizer().specials().eos;
   p.block_size = trained_block_size;
+  return p;
+}
+
+DiffusionProcess masked_byte_process() {
+  DiffusionProcess p;
+  p.noise = std::make_shared<MaskedNoise>(default_config().diffusion);
+  p.support = std::make_shared<NoiseSupport>(ByteTokenizer(), 260, false);
+  p.mask_id = ByteTokenizer().specials().mask;
+  p.end_id = ByteTokenizer().specials().eos;
   return p;
 }
 
@@ -88,6 +98,57 @@ TEST(BlockSampler, TheApproximateCacheRefreshedEveryCallIsTheExactRecomputation)
     EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
     EXPECT_TRUE(per_block.tokens.lt(256).all().item<bool>());
   }
+}
+
+// The noisy suffix (docs/diffusion.md, "Noisy suffix and the dual cache"): the blocks still to come are read as
+// the prior's noise. The dual cache keeps their keys and values beside the context's; refreshed at every call it
+// gives the samples of recomputing the whole canvas (its refreshing pass reorders the tokens, so float64 keeps
+// rounding from deciding a draw). Uniform noise reads keyed uniform tokens there, masked noise the mask.
+TEST(BlockSampler, TheDualCacheRefreshedEveryCallIsTheExactRecomputationOfTheNoisyCanvas) {
+  auto model = random_model(71);
+  model->to(torch::kDouble);
+  const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
+  for (const auto& process : {byte_process(0), masked_byte_process()}) {
+    SCOPED_TRACE(process.mask_id < 0 ? "uniform noise" : "masked noise");
+    for (const auto& [method, temperature] :
+         {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
+      SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
+      auto options = options_for(method, temperature);
+      options.use_cache = false;
+      const auto growing = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+      options.noisy_suffix = true;
+      const auto exact = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+      ASSERT_EQ(exact.tokens.sizes(), (std::vector<int64_t>{3, 5 + 12}));
+      // The suffix is read: the first block already differs from the text that grows block by block.
+      EXPECT_FALSE(exact.tokens.narrow(1, 5, 4).equal(growing.tokens.narrow(1, 5, 4)));
+      options.approximate_cache = true;
+      options.refresh_every = 1;
+      const auto refreshed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+      EXPECT_TRUE(refreshed.tokens.equal(exact.tokens));
+      EXPECT_EQ(refreshed.model_calls, exact.model_calls);
+      options.refresh_every = 0;
+      const auto per_block = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+      ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
+      EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
+      EXPECT_TRUE(per_block.tokens.narrow(1, 5, 12).lt(256).all().item<bool>());
+    }
+  }
+}
+
+TEST(BlockSampler, ANoisySuffixIsRefusedWhereTheModelCannotReadIt) {
+  auto options = options_for(DiffusionMethod::ancestral, 1.0);
+  options.noisy_suffix = true;
+  auto model = random_model(73);
+  options.use_cache = true;
+  EXPECT_NE(testing::input_error_of([&] { sample_in_blocks(model, byte_process(4), {65}, 1, options, torch::kCPU); })
+                .find("never reads the positions after its block"),
+            std::string::npos);
+  options.use_cache = false;
+  auto shifted = byte_process(0);
+  shifted.shifted_outputs = true;
+  EXPECT_NE(testing::input_error_of([&] { sample_in_blocks(model, shifted, {65}, 1, options, torch::kCPU); })
+                .find("shifted_outputs"),
+            std::string::npos);
 }
 
 TEST(BlockSampler, TheApproximateCacheIsRefusedWhereItCannotWork) {
