@@ -27,8 +27,8 @@
 #include "models/model_dims.h"
 #include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
-#include "sampler/diffusion_posterior.h"
 #include "sampler/block_sampler.h"
+#include "sampler/diffusion_posterior.h"
 #include "sampler/diffusion_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "sampler/rollout.h"
@@ -274,7 +274,8 @@ nlohmann::json run_diffusion_sample(const BenchArgs& a) {
 // the whole window at once (block_size 0), the decoding the block caches are measured against.
 nlohmann::json run_diffusion_blocks(const BenchArgs& a) {
   auto s = sampling_setup(a, "uniform_diffusion", a.seq_len + 1);
-  const auto process = diffusion_process_of(s);
+  auto process = diffusion_process_of(s);
+  process.end_id = -1;  // every side decodes every position (blocks would stop once each row drew an end of text)
   const std::vector<int32_t> prompt = {s.ctx.tokenizer->specials().eos};
   DiffusionSampleOptions options;
   options.seed = a.seed;

@@ -242,6 +242,12 @@ void check_block_diffusion(const Config& c) {
                                  block));
   if (c.data.document_mask)
     throw InputError(fmt::format("diffusion.block_size = {} does not combine with data.document_mask", block));
+  // Checked here, not only when the first text sample is drawn (train's evaluations sample text).
+  if (c.sample.approximate_cache || c.sample.noisy_suffix)
+    throw InputError(fmt::format("sample.{} = true is for models trained on whole windows; diffusion.block_size = {} "
+                                 "trains a block-causal model, which keeps an exact cache and never reads past its "
+                                 "block",
+                                 c.sample.approximate_cache ? "approximate_cache" : "noisy_suffix", block));
 }
 
 void check_layer_pattern(const char* key, const std::string& pattern, const std::string& allowed,
@@ -320,6 +326,9 @@ void validate(const Config& c) {
                                  "model takes one noise level per sequence",
                                  c.diffusion.time_mix));
   if (c.diffusion.block_size > 0) check_block_diffusion(c);
+  if (c.sample.approximate_cache && c.diffusion.shifted_outputs)
+    throw InputError("sample.approximate_cache = true runs a block alone, and diffusion.shifted_outputs = true reads "
+                     "a block's first token from the position before it; sample without the cache");
   if (c.diffusion.log_snr_min >= c.diffusion.log_snr_max)
     throw InputError(fmt::format("diffusion.log_snr_min = {} must be below diffusion.log_snr_max = {}",
                                  c.diffusion.log_snr_min, c.diffusion.log_snr_max));

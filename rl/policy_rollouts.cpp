@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <memory>
+
 #include "core/errors.h"
 
 #include "sampler/diffusion_rollout.h"
@@ -13,9 +15,11 @@ PolicyRollouts policy_rollouts(LanguageModel model, const Config& config, const 
   const auto objective = make_policy_objective(config, tokenizer);
   PolicyRollouts out;
   if (objective->needs().mask == MaskMode::causal) {
-    out.generate = [model, &tokenizer](const std::vector<std::vector<int32_t>>& prompts,
-                                       const RolloutOptions& options, int64_t first_group) mutable {
-      return generate_rollouts(model, tokenizer, prompts, options, first_group);
+    // One decoder for every step's rollouts: its cache and CUDA graphs are made once (sampler/row_decoders.h).
+    auto kept = std::make_shared<KeptRowDecoder>();
+    out.generate = [model, &tokenizer, kept](const std::vector<std::vector<int32_t>>& prompts,
+                                             const RolloutOptions& options, int64_t first_group) mutable {
+      return generate_rollouts(model, tokenizer, prompts, options, first_group, kept.get());
     };
     return out;
   }

@@ -87,7 +87,8 @@ int64_t bucket_for(int64_t active, int64_t rows) {
 // host_check_interval steps, and compaction into smaller buckets once the queue is empty.
 class DecodeRun {
  public:
-  DecodeRun(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts, const ArSampleOptions& options)
+  DecodeRun(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts, const ArSampleOptions& options,
+            KeptRowDecoder* kept)
       : prompts_(prompts),
         options_(options),
         device_(model->parameters().front().device()),
@@ -104,10 +105,15 @@ class DecodeRun {
     spec.use_kv_cache = options.use_kv_cache;
     spec.decode = options.decode;
     spec.cache_dtype = options.cache_dtype;
-    decoder_ = make_row_decoder(model, spec);
+    auto make = [&] {
+      if (kept) return &kept->acquire(model, spec);
+      owned_ = make_row_decoder(model, spec);
+      return owned_.get();
+    };
+    decoder_ = make();
     if (!decoder_->refills() && spec.rows < samples_) {  // (its buffers come with the first prefill: none yet)
       spec.rows = samples_;
-      decoder_ = make_row_decoder(model, spec);
+      decoder_ = make();
     }
     rows_ = in_use_ = spec.rows;
     continuous_ = options.continuous && decoder_->refills();
@@ -294,7 +300,8 @@ class DecodeRun {
   int64_t interval_;
   int64_t width_;  // history columns: max_new_tokens and the steps a row may run past its end before a check
   kernels::FilterParams filter_;
-  std::unique_ptr<RowDecoder> decoder_;
+  std::unique_ptr<RowDecoder> owned_;  // the decoder of this call alone (none kept)
+  RowDecoder* decoder_ = nullptr;
   int64_t rows_ = 0, in_use_ = 0;
   bool continuous_ = true;
   int64_t next_sample_ = 0;
@@ -321,11 +328,11 @@ std::string to_string(FinishReason reason) {
 }
 
 ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                     const ArSampleOptions& options) {
+                                     const ArSampleOptions& options, KeptRowDecoder* kept) {
   check_inputs(model, prompts, options);
   const auto start_time = std::chrono::steady_clock::now();
   c10::InferenceMode inference;
-  DecodeRun run(model, prompts, options);
+  DecodeRun run(model, prompts, options, kept);
   ArSampleResult result;
   result.samples = run.run();
   for (const auto& sample : result.samples) result.generated_tokens += static_cast<int64_t>(sample.tokens.size());

@@ -58,8 +58,9 @@ struct ArSampleResult {
 
 // Runs every sample of every prompt on the model's device, under inference mode, max_rows rows at a time
 // (docs/sampling.md, "Continuous batching"). Throws InputError for an empty prompt, an id outside the vocabulary,
-// or options out of range.
+// or options out of range. `kept`: the decoder (KV cache, CUDA graphs) comes from there and stays there for the
+// next call; none: this call's own.
 ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std::vector<int32_t>>& prompts,
-                                     const ArSampleOptions& options);
+                                     const ArSampleOptions& options, KeptRowDecoder* kept = nullptr);
 
 }  // namespace inkstone

@@ -65,8 +65,9 @@ Denoiser block_denoiser(LanguageModel model, const DiffusionProcess& process, co
 //
 // The refreshing pass runs [context | suffix | block] with each token at its own RoPE position, so that the cache
 // ends with the slots to keep and the block's slots can be wound back off its end. Attention reads keys as a set
-// and every other layer acts per token, so the order changes nothing but the summation order of float rounding
-// (models whose layers mix neighbouring tokens, convolutions, are refused by check_approximate_cache).
+// and every other layer acts per token, so the order changes nothing but the summation order of float rounding,
+// which can still tip a near tie of a draw (models whose layers mix neighbouring tokens, convolutions, are refused
+// by check_approximate_cache).
 Denoiser context_cached_denoiser(LanguageModel model, const torch::Tensor& committed, const torch::Tensor& suffix,
                                  KVCache& cache, int64_t refresh_every) {
   int64_t step = 0;
@@ -95,24 +96,25 @@ Denoiser context_cached_denoiser(LanguageModel model, const torch::Tensor& commi
   };
 }
 
-// The prior's tokens [rows, length] on `device` for the positions after the block being denoised: all-mask, or
-// draws keyed by (seed, row, position) as the fused step's prior.
-torch::Tensor noisy_suffix_tokens(const DiffusionProcess& process, int64_t rows, int64_t length, int64_t seed,
-                                  torch::Device device) {
-  const auto sequences = torch::arange(rows, torch::kLong);
-  return keyed_prior_tokens(process.support->member_mask(device), sequences, length, static_cast<uint64_t>(seed),
-                            prior_mask_share(*process.noise), process.mask_id)
+// The prior's tokens [rows, length] on `device` at every generated position (each block reads the part after
+// it): all-mask, or draws keyed by (seed, row's sequence number, position) as the fused step's prior, so that a
+// row's suffix does not depend on its batch.
+torch::Tensor noisy_suffix_tokens(const DiffusionProcess& process, int64_t rows, int64_t length,
+                                  const DiffusionSampleOptions& per_block, torch::Device device) {
+  const double mask_share = prior_mask_share(*process.noise);
+  if (mask_share >= 1.0)
+    return torch::full({rows, length}, process.mask_id, torch::TensorOptions().dtype(torch::kLong).device(device));
+  const auto sequences = torch::arange(per_block.first_sequence, per_block.first_sequence + rows, torch::kLong);
+  return keyed_prior_tokens(process.support->member_mask(device), sequences, length,
+                            static_cast<uint64_t>(per_block.seed), mask_share, process.mask_id)
       .to(device);
 }
 
 void check_noisy_suffix(const DiffusionProcess& process, const BlockSampleOptions& options) {
-  if (!options.noisy_suffix) return;
-  if (process.block_size > 0 || options.use_cache)
-    throw InputError("a noisy suffix is for models trained on whole windows; a block-diffusion model never reads "
-                     "the positions after its block");
-  if (process.shifted_outputs)
-    throw InputError("a noisy suffix is read as the rest of the window, and diffusion.shifted_outputs reads each "
-                     "token from the position before it; sample without it");
+  if (options.noisy_suffix && process.block_size > 0)
+    throw InputError(fmt::format("sample.noisy_suffix (--noisy-suffix) is for models trained on whole windows; this "
+                                 "one has diffusion.block_size = {} (block-causal) and never reads past its block",
+                                 process.block_size));
 }
 
 void check_approximate_cache(const LanguageModel& model, const DiffusionProcess& process,
@@ -172,7 +174,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
   }
   // The noise of every generated position; block b reads the part after it.
   const auto suffix = options.noisy_suffix
-                          ? noisy_suffix_tokens(process, rows, blocks * block, options.per_block.seed, device)
+                          ? noisy_suffix_tokens(process, rows, blocks * block, options.per_block, device)
                           : torch::empty({rows, 0}, torch::TensorOptions().dtype(torch::kLong).device(device));
   auto ended = torch::zeros({rows}, torch::TensorOptions().dtype(torch::kBool).device(device));
   for (int64_t b = 0; b < blocks; ++b) {

@@ -28,8 +28,8 @@ struct BlockSampleOptions {
   int64_t refresh_every = 0;
   // Models trained on whole windows: the positions of the blocks after the one being denoised are present as the
   // prior's noise (all-mask, or keyed uniform draws), so the model reads a window as long as the whole text from
-  // the first block on (docs/diffusion.md, "Noisy suffix"); with approximate_cache their keys and values are kept
-  // beside the context's (the dual cache). false: the text grows block by block.
+  // the first block on (docs/diffusion.md, "Noisy suffix and the dual cache"); with approximate_cache their keys
+  // and values are kept beside the context's (the dual cache). false: the text grows block by block.
   bool noisy_suffix = false;
   // The sampler run on each block; steps are per block. adaptive runs as confidence (its end anchor belongs to a
   // whole-window canvas). Block b draws with seed counter_hash(seed, b).
@@ -44,8 +44,9 @@ struct BlockSampleResult {
   double seconds = 0;
 };
 
-// `rows` samples continuing `prompt`. InputError when the text would pass model.max_seq_len, or for a cache with a
-// model that was not trained block-causal.
+// `rows` samples continuing `prompt`. InputError when the text would pass model.max_seq_len, for a cache with a
+// model that was not trained block-causal, for the approximate cache where check_approximate_cache says it cannot
+// work, and for a noisy suffix with a block-causal model.
 BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& process,
                                    const std::vector<int32_t>& prompt, int64_t rows, const BlockSampleOptions& options,
                                    torch::Device device);

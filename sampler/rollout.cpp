@@ -25,7 +25,7 @@ std::function<bool(const std::vector<int32_t>&)> stop_string_check(const Tokeniz
 
 Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
                            const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
-                           int64_t first_group) {
+                           int64_t first_group, KeptRowDecoder* kept) {
   ArSampleOptions sample;
   sample.num_samples = options.group_size;
   sample.max_new_tokens = options.max_new_tokens;
@@ -37,7 +37,7 @@ Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
   sample.continuous = options.continuous;
   sample.first_prompt = first_group;  // a completion's draws follow its group, not its place in this call
   sample.stop_when = stop_string_check(tokenizer, options.stop);
-  const ArSampleResult result = sample_autoregressive(model, prompts, sample);
+  const ArSampleResult result = sample_autoregressive(model, prompts, sample, kept);
 
   Rollouts out;
   out.generated_tokens = result.generated_tokens;

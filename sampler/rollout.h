@@ -38,9 +38,10 @@ struct Rollouts {
 };
 
 // Prompts are token ids (non-empty). Group ids are first_group + prompt index, so batches drawn at different
-// times never share one. Completions end at an end id, a stop string, or max_new_tokens.
+// times never share one. Completions end at an end id, a stop string, or max_new_tokens. `kept`: the decoder
+// kept across calls (sample_autoregressive).
 Rollouts generate_rollouts(LanguageModel& model, const Tokenizer& tokenizer,
                            const std::vector<std::vector<int32_t>>& prompts, const RolloutOptions& options,
-                           int64_t first_group = 0);
+                           int64_t first_group = 0, KeptRowDecoder* kept = nullptr);
 
 }  // namespace inkstone

@@ -125,11 +125,19 @@ class PerRowCacheDecoder : public RowDecoder {
     for (size_t i = 0; i < sources.size(); ++i) host[i] = host_slots_[static_cast<size_t>(sources[i])];
     host_slots_ = std::move(host);
     cache_.use_rows(rows);
-    // Buckets only shrink: the larger ones' graphs (and their memory pools) are not replayed again.
-    graphs_.erase(graphs_.upper_bound(rows), graphs_.end());
   }
 
   bool graphed() const override { return use_graph_; }
+
+  // The larger buckets' graphs stay for the next call (each holds one decode step's buffers at its rows, so all of
+  // them together hold about twice the largest's); stale slots past a row's own are masked as after a refill.
+  bool restart() override {
+    cache_.use_rows(cache_.batch_size());
+    slots_.zero_();
+    positions_.zero_();
+    std::fill(host_slots_.begin(), host_slots_.end(), 0);
+    return true;
+  }
 
  private:
   LanguageModel model_;
@@ -229,7 +237,33 @@ class RecomputeDecoder : public RowDecoder {
   int64_t rows_;
 };
 
+std::vector<const void*> tensor_addresses(const LanguageModel& model) {
+  std::vector<const void*> addresses;
+  for (const auto& tensor : model->parameters()) addresses.push_back(tensor.data_ptr());
+  for (const auto& tensor : model->buffers()) addresses.push_back(tensor.data_ptr());
+  return addresses;
+}
+
 }  // namespace
+
+bool KeptRowDecoder::fits(const LanguageModel& model, const RowDecoderSpec& spec) const {
+  return decoder_ && spec.rows == spec_.rows && spec.capacity <= spec_.capacity &&
+         spec.use_kv_cache == spec_.use_kv_cache && spec.decode == spec_.decode &&
+         spec.cache_dtype == spec_.cache_dtype && tensor_addresses(model) == addresses_;
+}
+
+RowDecoder& KeptRowDecoder::acquire(const LanguageModel& model, const RowDecoderSpec& spec) {
+  if (fits(model, spec) && decoder_->restart()) {
+    ++reuses_;
+    return *decoder_;
+  }
+  decoder_.reset();  // its cache and graphs go before the new ones are allocated
+  spec_ = spec;
+  spec_.capacity = (spec.capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
+  decoder_ = make_row_decoder(model, spec_);
+  addresses_ = tensor_addresses(model);
+  return *decoder_;
+}
 
 std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec) {
   if (!spec.use_kv_cache) return std::make_unique<RecomputeDecoder>(std::move(model), spec);

@@ -34,6 +34,9 @@ class RowDecoder {
   // False: one start of every row and no compaction (the cache cannot give rows lengths of their own).
   virtual bool refills() const { return true; }
   virtual bool graphed() const { return false; }
+  // Makes every row idle and unstarted again for another call, keeping the cache's buffers and the captured
+  // graphs; false where a decoder cannot (then a new one is made).
+  virtual bool restart() { return false; }
 };
 
 struct RowDecoderSpec {
@@ -47,5 +50,29 @@ struct RowDecoderSpec {
 // The decoder for this model and spec: a KV cache with a slot per row and step (per-row decoding), a KV cache
 // whose slots all rows share (models with hidden streams, which decode several slots per token), or none.
 std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec);
+
+// A row decoder kept from one sampling call to the next (RL rollouts sample once per step): its KV cache and, on
+// CUDA, its captured graphs, one per batch bucket, serve the next call whose spec fits (docs/sampling.md,
+// "Decoders kept across calls"). A graph reads the weights at the addresses they had when it was captured, so the
+// decoder is replaced when any parameter or buffer of the model has moved (ZeRO-3 gathers, a dtype cast) as well
+// as when the rows, the cache form or its dtype change, or the call needs more slots than the cache holds.
+class KeptRowDecoder {
+ public:
+  // The kept decoder, restarted, when it fits `spec`; else a new one, with room for `spec.capacity` rounded up to
+  // kCapacityStep slots (prompts of later calls vary in length), which is kept from now on.
+  RowDecoder& acquire(const LanguageModel& model, const RowDecoderSpec& spec);
+  // Calls served by a decoder made for an earlier one.
+  int64_t reuses() const { return reuses_; }
+
+  static constexpr int64_t kCapacityStep = 64;
+
+ private:
+  bool fits(const LanguageModel& model, const RowDecoderSpec& spec) const;
+
+  std::unique_ptr<RowDecoder> decoder_;
+  RowDecoderSpec spec_;
+  std::vector<const void*> addresses_;  // of the model's parameters and buffers when the decoder was made
+  int64_t reuses_ = 0;
+};
 
 }  // namespace inkstone
