@@ -121,7 +121,7 @@ class DecodeRun {
     sequence_ = torch::zeros({rows_}, i64);
     generated_ = torch::zeros({rows_}, i64);
     done_ = torch::ones({rows_}, i64.dtype(torch::kBool));
-    history_ = torch::zeros({rows_, width_}, i64);
+    history_ = torch::zeros({rows_, width_}, i64.dtype(torch::kInt));  // ids fit int32: half the bytes a check reads
     history_log_probs_ = torch::zeros({rows_, width_}, i64.dtype(torch::kFloat));
     if (!options.end_ids.empty()) {
       // A [V] mask read at the drawn ids: one gather whatever the number of end ids (torch::isin sorts, and syncs,
@@ -193,7 +193,7 @@ class DecodeRun {
     const auto drawn = keyed_token_draw(logits_.narrow(0, 0, in_use_), sequence_.narrow(0, 0, in_use_), generated,
                                         filter_, static_cast<uint64_t>(options_.seed));
     const auto column = generated.clamp_max(width_ - 1).unsqueeze(1);
-    history_.narrow(0, 0, in_use_).scatter_(1, column, drawn.tokens.unsqueeze(1));
+    history_.narrow(0, 0, in_use_).scatter_(1, column, drawn.tokens.to(torch::kInt).unsqueeze(1));
     history_log_probs_.narrow(0, 0, in_use_).scatter_(1, column, drawn.log_probs.unsqueeze(1));
     generated.add_(1).clamp_max_(width_);
     auto ended = generated >= options_.max_new_tokens;
@@ -202,48 +202,58 @@ class DecodeRun {
     return drawn.tokens;
   }
 
-  // The rows' state in one device-to-host transfer (a GPU drains its queue once per check, not once per tensor),
-  // into pinned memory on CUDA: per row in use [done, tokens drawn, history (width_), history's log-prob bits
-  // (width_)] int32. Token ids and counts fit int32; the log-probs travel as their float bits.
-  torch::Tensor read_rows_on_host() {
-    const auto rows = [&](const torch::Tensor& state) { return state.narrow(0, 0, in_use_); };
-    const auto packed =
-        torch::cat({rows(done_).to(torch::kInt).unsqueeze(1), rows(generated_).to(torch::kInt).unsqueeze(1),
-                    rows(history_).to(torch::kInt), rows(history_log_probs_).view(torch::kInt)},
-                   1);
+  // `packed` as the host reads it: on CUDA one transfer into a pinned buffer (the queue drains once per read, not
+  // once per tensor); on the CPU the tensor itself.
+  torch::Tensor on_host(const torch::Tensor& packed, torch::Tensor& pinned) const {
     if (!device_.is_cuda()) return packed;
-    if (!host_rows_.defined() || host_rows_.numel() < packed.numel())
-      host_rows_ = torch::empty({packed.numel()}, packed.options().device(torch::kCPU).pinned_memory(true));
-    auto host = host_rows_.narrow(0, 0, packed.numel()).view(packed.sizes());
+    if (!pinned.defined() || pinned.numel() < packed.numel())
+      pinned = torch::empty({packed.numel()}, packed.options().device(torch::kCPU).pinned_memory(true));
+    auto host = pinned.narrow(0, 0, packed.numel()).view(packed.sizes());
     host.copy_(packed);
     return host;
   }
 
   // Reads the rows' ends on the host, where stop strings are checked too; finished rows hand their sample out and
-  // fall idle. Returns whether any row is still running or any sample waits.
+  // fall idle. Returns whether any row is still running or any sample waits. Two reads at most: every row's end
+  // mark and count [rows, 2] int32, then, where a row ended or stop strings are checked, the histories (on CUDA
+  // tokens and log-prob bits side by side, [rows, 2·width] int32).
   bool check() {
-    const auto host = read_rows_on_host();
-    const auto state = host.accessor<int32_t, 2>();
-    const auto log_probs = host.narrow(1, 2 + width_, width_).contiguous().view(torch::kFloat);
-    bool running = false;
+    const auto rows = [&](const torch::Tensor& state) { return state.narrow(0, 0, in_use_); };
+    const auto marks =
+        on_host(torch::stack({rows(done_).to(torch::kInt), rows(generated_).to(torch::kInt)}, 1), host_marks_);
+    const auto marks_at = marks.accessor<int32_t, 2>();
+    bool any_done = false, running = false;
+    for (int64_t r = 0; r < in_use_; ++r) {
+      const bool busy = row_sample_[static_cast<size_t>(r)] >= 0;
+      any_done |= busy && marks_at[r][0] != 0;
+      running |= busy;
+    }
+    if (!any_done && !options_.stop_when) return running || next_sample_ < samples_;
+    torch::Tensor tokens = rows(history_), log_probs = rows(history_log_probs_);
+    if (device_.is_cuda()) {
+      const auto both = on_host(torch::cat({tokens, log_probs.view(torch::kInt)}, 1), host_histories_);
+      tokens = both.narrow(1, 0, width_);
+      log_probs = both.narrow(1, width_, width_).view(torch::kFloat);
+    }
+    const auto tokens_at = tokens.accessor<int32_t, 2>();
+    running = false;
     for (int64_t r = 0; r < in_use_; ++r) {
       if (row_sample_[static_cast<size_t>(r)] < 0) continue;
-      const bool done = state[r][0] != 0;
-      running |= (done || options_.stop_when) ? !scan_row(r, state[r], log_probs[r]) : true;
+      const bool scan = marks_at[r][0] != 0 || options_.stop_when;
+      running |= !scan || !scan_row(r, tokens_at[r], log_probs[r], marks_at[r][1]);
     }
     return running || next_sample_ < samples_;
   }
 
-  // Walks row r's tokens drawn since its last check (its packed host state: done, count, history); at its first
-  // end id, stop or length it hands the sample out and returns true.
-  template <typename RowState>
-  bool scan_row(int64_t r, const RowState& state, const torch::Tensor& log_probs) {
+  // Walks row r's tokens drawn since its last check (`generated` drawn so far); at its first end id, stop or length
+  // it hands the sample out and returns true.
+  bool scan_row(int64_t r, const at::TensorAccessor<int32_t, 1>& tokens, const torch::Tensor& log_probs,
+                int64_t generated) {
     const auto row = static_cast<size_t>(r);
-    const int64_t generated = state[1];
     auto& so_far = generated_host_[row];
     const int64_t last = std::min(generated, options_.max_new_tokens);
     for (auto i = static_cast<int64_t>(so_far.size()); i < last; ++i) {
-      so_far.push_back(state[2 + i]);
+      so_far.push_back(tokens[i]);
       FinishReason finish = FinishReason::length;
       bool ended = std::find(options_.end_ids.begin(), options_.end_ids.end(), so_far.back()) != options_.end_ids.end();
       if (ended) {
@@ -309,7 +319,7 @@ class DecodeRun {
   torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
   torch::Tensor end_mask_;  // [V] bool: the end ids
   torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
-  torch::Tensor host_rows_;  // CUDA: the pinned buffer read_rows_on_host copies into
+  torch::Tensor host_marks_, host_histories_;  // CUDA: the pinned buffers check() reads into
   // Per row, on the host: its sample (−1: idle) and the tokens checked so far.
   std::vector<int64_t> row_sample_;
   std::vector<std::vector<int32_t>> generated_host_;
