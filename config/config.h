@@ -221,6 +221,7 @@ struct RlConfig {
   double top_p;
   std::vector<std::string> stop;      // a completion ends after the first of these strings
   ReferencePolicy reference;          // initial: frozen copy of the initial policy | old: the rollout policy
+  bool keep_decoder;                  // causal policies: the rollouts' KV cache and CUDA graphs kept across steps
   // The policy's own objective (read from rl.init_checkpoint): ar decodes left to right, a diffusion objective
   // denoises; it decides the rollouts and how log-probs are read.
   std::string policy;

@@ -453,6 +453,10 @@ std::vector<FieldSpec> build_schema() {
           .no_empty_entries(),
       INKSTONE_CHOICE_FIELD(rl, reference, ReferencePolicy::initial,
                             "initial: a frozen copy of the initial policy; old: the rollout policy (drift d = 0)."),
+      INKSTONE_FIELD(rl, keep_decoder, true,
+                     "Causal policies: keep the rollouts' KV cache, and on CUDA their captured decode graphs, from one "
+                     "step to the next instead of making them every step; the cache then stays allocated through the "
+                     "update too (the dry run counts it; docs/sampling.md, \"Decoders kept across calls\")."),
       INKSTONE_FIELD(rl, policy, "",
                      "The objective that trained the policy, read from rl.init_checkpoint: ar (decoded left to "
                      "right) or a diffusion objective (denoised with [sample]'s diffusion sampler and steps)."),

@@ -10,6 +10,10 @@
 
 namespace inkstone {
 
+// A KV cache kept from one sampling call to the next is sized in steps of this many slots, so that calls whose
+// prompts differ by a few tokens share it (sampler/row_decoders.h, KeptRowDecoder; the RL dry run counts it so).
+inline constexpr int64_t kKeptCacheSlotStep = 64;
+
 // Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
 // with the dtype the layer produces), plus which slots hold real tokens. A forward over several tokens (prefill,
 // append) shares its slots across the batch: prompts of different lengths are left-padded and carry their own

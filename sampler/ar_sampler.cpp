@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/host_copy.h"
 #include "core/platform.h"
 #include "models/model_dims.h"
 #include "sampler/decode_step.h"
@@ -202,15 +203,10 @@ class DecodeRun {
     return drawn.tokens;
   }
 
-  // `packed` as the host reads it: on CUDA one transfer into a pinned buffer (the queue drains once per read, not
+  // `packed` as the host reads it: on CUDA one transfer into pinned memory (the queue drains once per read, not
   // once per tensor); on the CPU the tensor itself.
-  torch::Tensor on_host(const torch::Tensor& packed, torch::Tensor& pinned) const {
-    if (!device_.is_cuda()) return packed;
-    if (!pinned.defined() || pinned.numel() < packed.numel())
-      pinned = torch::empty({packed.numel()}, packed.options().device(torch::kCPU).pinned_memory(true));
-    auto host = pinned.narrow(0, 0, packed.numel()).view(packed.sizes());
-    host.copy_(packed);
-    return host;
+  static torch::Tensor on_host(const torch::Tensor& packed) {
+    return packed.is_cuda() ? HostCopy(packed).values() : packed;
   }
 
   // Reads the rows' ends on the host, where stop strings are checked too; finished rows hand their sample out and
@@ -220,7 +216,7 @@ class DecodeRun {
   bool check() {
     const auto rows = [&](const torch::Tensor& state) { return state.narrow(0, 0, in_use_); };
     const auto marks =
-        on_host(torch::stack({rows(done_).to(torch::kInt), rows(generated_).to(torch::kInt)}, 1), host_marks_);
+        on_host(torch::stack({rows(done_).to(torch::kInt), rows(generated_).to(torch::kInt)}, 1));
     const auto marks_at = marks.accessor<int32_t, 2>();
     bool any_done = false, running = false;
     for (int64_t r = 0; r < in_use_; ++r) {
@@ -231,7 +227,7 @@ class DecodeRun {
     if (!any_done && !options_.stop_when) return running || next_sample_ < samples_;
     torch::Tensor tokens = rows(history_), log_probs = rows(history_log_probs_);
     if (device_.is_cuda()) {
-      const auto both = on_host(torch::cat({tokens, log_probs.view(torch::kInt)}, 1), host_histories_);
+      const auto both = on_host(torch::cat({tokens, log_probs.view(torch::kInt)}, 1));
       tokens = both.narrow(1, 0, width_);
       log_probs = both.narrow(1, width_, width_).view(torch::kFloat);
     }
@@ -319,7 +315,6 @@ class DecodeRun {
   torch::Tensor sequence_, generated_, done_, history_, history_log_probs_;
   torch::Tensor end_mask_;  // [V] bool: the end ids
   torch::Tensor logits_;  // [rows in use, V]: what the next draw reads
-  torch::Tensor host_marks_, host_histories_;  // CUDA: the pinned buffers check() reads into
   // Per row, on the host: its sample (−1: idle) and the tokens checked so far.
   std::vector<int64_t> row_sample_;
   std::vector<std::vector<int32_t>> generated_host_;

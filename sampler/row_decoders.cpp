@@ -259,7 +259,7 @@ RowDecoder& KeptRowDecoder::acquire(const LanguageModel& model, const RowDecoder
   }
   decoder_.reset();  // its cache and graphs go before the new ones are allocated
   spec_ = spec;
-  spec_.capacity = (spec.capacity + kCapacityStep - 1) / kCapacityStep * kCapacityStep;
+  spec_.capacity = (spec.capacity + kKeptCacheSlotStep - 1) / kKeptCacheSlotStep * kKeptCacheSlotStep;
   decoder_ = make_row_decoder(model, spec_);
   addresses_ = tensor_addresses(model);
   return *decoder_;

@@ -59,12 +59,10 @@ std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecod
 class KeptRowDecoder {
  public:
   // The kept decoder, restarted, when it fits `spec`; else a new one, with room for `spec.capacity` rounded up to
-  // kCapacityStep slots (prompts of later calls vary in length), which is kept from now on.
+  // a multiple of kKeptCacheSlotStep (models/kv_cache.h), which is kept from now on.
   RowDecoder& acquire(const LanguageModel& model, const RowDecoderSpec& spec);
   // Calls served by a decoder made for an earlier one.
   int64_t reuses() const { return reuses_; }
-
-  static constexpr int64_t kCapacityStep = 64;
 
  private:
   bool fits(const LanguageModel& model, const RowDecoderSpec& spec) const;

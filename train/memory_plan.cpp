@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "models/block_registry.h"
+#include "models/kv_cache.h"
 #include "models/lora.h"
 #include "models/model_dims.h"
 #include "models/modulation.h"
@@ -139,9 +140,14 @@ MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t
   const double vocab = static_cast<double>(c.vocab_size > 0 ? c.vocab_size : vocab_size);
   const double rows = static_cast<double>(rank_rows);
   if (policy.causal) {
-    // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits.
-    plan.rollouts = kv_cache_bytes(c, rows, static_cast<double>(length), static_cast<double>(plan.bytes_per_weight)) +
-                    3.0 * 4.0 * rows * vocab;
+    // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits; a kept
+    // cache (rl.keep_decoder) is sized in whole steps of slots and stays through the update.
+    const int64_t slots =
+        rl.keep_decoder ? (length + kKeptCacheSlotStep - 1) / kKeptCacheSlotStep * kKeptCacheSlotStep : length;
+    const double cache =
+        kv_cache_bytes(c, rows, static_cast<double>(slots), static_cast<double>(plan.bytes_per_weight));
+    plan.rollouts = cache + 3.0 * 4.0 * rows * vocab;
+    if (rl.keep_decoder) plan.kept_rollout_cache = cache;
   } else {
     // The denoiser's float logits of the whole canvas, and the float64 posterior's working copy of one step.
     plan.rollouts = 4.0 * rows * static_cast<double>(length) * vocab;
@@ -172,6 +178,10 @@ std::string describe(const MemoryPlan& plan) {
     text += fmt::format("  rollouts         {:.1f}  (held while generating, not during the update: the larger "
                         "of the two counts)\n",
                         mib(plan.rollouts));
+  if (plan.kept_rollout_cache > 0)
+    text += fmt::format("  kept KV cache    {:.1f}  (of the rollouts, rl.keep_decoder: held through the update "
+                        "too)\n",
+                        mib(plan.kept_rollout_cache));
   text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
   return text;
 }

@@ -33,9 +33,10 @@ struct MemoryPlan {
   // next-token logits, or a diffusion canvas's logits) while no backward runs.
   double reference_weights = 0;
   double rollouts = 0;
+  double kept_rollout_cache = 0;  // rl.keep_decoder: the rollouts' KV cache, held through the update as well
   double total() const {
     return weights + gradients + gradient_buffers + optimizer + master_weights + reference_weights +
-           std::max(activations + vocabulary_loss, rollouts);
+           std::max(activations + vocabulary_loss + kept_rollout_cache, rollouts);
   }
 };
 

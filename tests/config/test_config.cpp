@@ -108,6 +108,20 @@ TEST(Config, CrossFieldRules) {
             "train.grad_accum = 3 must divide train.batch_size = 10");
 }
 
+// Sampling settings that a block-causal model cannot use are refused when the config is read, not at the first
+// text sample of a training run.
+TEST(Config, BlockCausalModelsRefuseTheWholeWindowBlockCaches) {
+  for (const char* key : {"noisy_suffix", "approximate_cache"}) {
+    EXPECT_EQ(error_of(std::string("[diffusion]\nblock_size = 16\n[sample]\n") + key + " = true\n"),
+              std::string("sample.") + key +
+                  " = true is for models trained on whole windows; diffusion.block_size = 16 trains a block-causal "
+                  "model, which keeps an exact cache and never reads past its block");
+  }
+  EXPECT_NE(error_of("[diffusion]\nshifted_outputs = true\n[sample]\napproximate_cache = true\n")
+                .find("sample.approximate_cache = true runs a block alone, and diffusion.shifted_outputs = true"),
+            std::string::npos);
+}
+
 TEST(Config, OverridesAreTyped) {
   Config c = config_from_string("", "cfg.toml",
                                 {"optim.learning_rate=3e-4", "train.steps=7", "schedule.kind=wsd",

@@ -251,11 +251,9 @@ TEST(Cuda, ReplayedDecodeGraphSamplesAsTheEagerSteps) {
   }
 }
 
-// Continuous batching under CUDA graphs: rows refilled from the queue, then compacted into buckets (one graph
-// each), ends noticed every few steps: the samples of the CPU's eager engine.
-TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
-  INKSTONE_REQUIRE_CUDA();
-  auto model = tiny_model();
+// Three samples of each of four prompts on four rows, ending at ids 5 and 11 or after 30 tokens: rows refill and
+// compact.
+ArSampleOptions refilling_options() {
   ArSampleOptions options;
   options.num_samples = 3;
   options.max_new_tokens = 30;
@@ -263,7 +261,17 @@ TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
   options.end_ids = {5, 11};
   options.max_rows = 4;
   options.decode = DecodeMode::growing_cache;
-  const std::vector<std::vector<int32_t>> prompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}, {12, 13}};
+  return options;
+}
+const std::vector<std::vector<int32_t>> kRefillPrompts = {{1, 2, 3}, {4, 5, 6, 7, 8, 9}, {10}, {12, 13}};
+
+// Continuous batching under CUDA graphs: rows refilled from the queue, then compacted into buckets (one graph
+// each), ends noticed every few steps: the samples of the CPU's eager engine.
+TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
+  INKSTONE_REQUIRE_CUDA();
+  auto model = tiny_model();
+  ArSampleOptions options = refilling_options();
+  const auto& prompts = kRefillPrompts;
   const auto cpu = sample_autoregressive(model, prompts, options);
   model->to(torch::kCUDA);
   options.decode = DecodeMode::cuda_graph;
@@ -276,6 +284,38 @@ TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
     for (size_t t = 0; t < std::min(gpu.samples[i].log_probs.size(), cpu.samples[i].log_probs.size()); ++t)
       EXPECT_NEAR(gpu.samples[i].log_probs[t], cpu.samples[i].log_probs[t], 1e-4) << "sample " << i;
   }
+}
+
+// A decoder kept across calls replays the graphs it captured in the first call (every bucket's) in the next ones,
+// with the weights updated in place between calls as an optimizer step updates them, and samples what the CPU
+// engine samples with those weights.
+TEST(Cuda, AKeptDecoderReplaysItsGraphsInLaterCalls) {
+  INKSTONE_REQUIRE_CUDA();
+  auto cpu_model = tiny_model();
+  auto gpu_model = tiny_model();
+  gpu_model->to(torch::kCUDA);
+  ArSampleOptions options = refilling_options();
+  const auto& prompts = kRefillPrompts;
+  KeptRowDecoder kept;
+  for (int64_t call = 0; call < 3; ++call) {
+    if (call > 0) {
+      torch::NoGradGuard no_grad;
+      for (auto& parameter : cpu_model->parameters()) parameter.mul_(0.9);
+      for (auto& parameter : gpu_model->parameters()) parameter.mul_(0.9);
+    }
+    options.first_prompt = 10 * call;
+    options.decode = DecodeMode::growing_cache;
+    const auto cpu = sample_autoregressive(cpu_model, prompts, options);
+    options.decode = DecodeMode::cuda_graph;
+    const auto gpu = sample_autoregressive(gpu_model, prompts, options, &kept);
+    EXPECT_TRUE(gpu.cuda_graph);
+    ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
+    for (size_t i = 0; i < cpu.samples.size(); ++i) {
+      EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << "call " << call << " sample " << i;
+      EXPECT_EQ(gpu.samples[i].finish, cpu.samples[i].finish) << "call " << call << " sample " << i;
+    }
+  }
+  EXPECT_EQ(kept.reuses(), 2);
 }
 
 // The keyed token draw's kernel and its CPU twin draw the same tokens with the same log-probs from float32 and

@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <functional>
+
 #include "core/counter_hash.h"
 #include "dataset/byte_tokenizer.h"
 #include "objectives/masked_noise.h"
@@ -51,14 +53,21 @@ BlockSampleOptions options_for(DiffusionMethod method, double temperature) {
   return o;
 }
 
+// Runs `check` with the options of the two ways a block is denoised: greedy confidence commits and ancestral draws
+// at temperature 1.
+void for_each_block_method(const std::function<void(BlockSampleOptions)>& check) {
+  for (const auto& [method, temperature] :
+       {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
+    SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
+    check(options_for(method, temperature));
+  }
+}
+
 TEST(BlockSampler, TheCacheOfCommittedBlocksGivesTheSamplesOfRecomputingThem) {
   auto model = random_model(71);
   const auto process = byte_process(4);
   const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
-  for (const auto& [method, temperature] :
-       {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
-    SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
-    auto options = options_for(method, temperature);
+  for_each_block_method([&](BlockSampleOptions options) {
     options.use_cache = true;
     const auto cached = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
     options.use_cache = false;
@@ -72,7 +81,7 @@ TEST(BlockSampler, TheCacheOfCommittedBlocksGivesTheSamplesOfRecomputingThem) {
     // The block-causal rule matters: the same model read bidirectionally gives other samples.
     const auto plain = sample_in_blocks(model, byte_process(0), prompt, 3, options, torch::kCPU);
     EXPECT_FALSE(plain.tokens.equal(cached.tokens));
-  }
+  });
 }
 
 // The approximate prefix cache (docs/diffusion.md, "Approximate prefix cache") of a model trained on whole
@@ -82,10 +91,7 @@ TEST(BlockSampler, TheApproximateCacheRefreshedEveryCallIsTheExactRecomputation)
   auto model = random_model(71);
   const auto process = byte_process(0);
   const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
-  for (const auto& [method, temperature] :
-       {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
-    SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
-    auto options = options_for(method, temperature);
+  for_each_block_method([&](BlockSampleOptions options) {
     options.use_cache = false;
     const auto exact = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
     options.approximate_cache = true;
@@ -98,7 +104,7 @@ TEST(BlockSampler, TheApproximateCacheRefreshedEveryCallIsTheExactRecomputation)
     ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
     EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
     EXPECT_TRUE(per_block.tokens.lt(256).all().item<bool>());
-  }
+  });
 }
 
 // The noisy suffix (docs/diffusion.md, "Noisy suffix and the dual cache"): the blocks still to come are read as
@@ -111,10 +117,7 @@ TEST(BlockSampler, TheDualCacheRefreshedEveryCallIsTheExactRecomputationOfTheNoi
   const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
   for (const auto& process : {byte_process(0), masked_byte_process()}) {
     SCOPED_TRACE(process.mask_id < 0 ? "uniform noise" : "masked noise");
-    for (const auto& [method, temperature] :
-         {std::pair{DiffusionMethod::confidence, 0.0}, std::pair{DiffusionMethod::ancestral, 1.0}}) {
-      SCOPED_TRACE(method == DiffusionMethod::confidence ? "greedy confidence" : "ancestral");
-      auto options = options_for(method, temperature);
+    for_each_block_method([&](BlockSampleOptions options) {
       options.use_cache = false;
       const auto growing = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
       options.noisy_suffix = true;
@@ -132,7 +135,7 @@ TEST(BlockSampler, TheDualCacheRefreshedEveryCallIsTheExactRecomputationOfTheNoi
       ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
       EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
       EXPECT_TRUE(per_block.tokens.narrow(1, 5, 12).lt(256).all().item<bool>());
-    }
+    });
   }
 }
 

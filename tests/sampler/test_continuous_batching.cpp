@@ -206,7 +206,7 @@ TEST(ContinuousBatching, AKeptDecoderSamplesEveryCallAsAFreshOne) {
     call(kVariedPrompts, 5, "second call");
     call({kVariedPrompts[2]}, 9, "third call, fewer prompts");  // 3 samples: 3 rows, not the kept 4
     EXPECT_EQ(kept.reuses(), 1);
-    o.max_new_tokens = KeptRowDecoder::kCapacityStep - 10;  // 10 + 54 + 1 slots: more than the kept cache's 64
+    o.max_new_tokens = kKeptCacheSlotStep - 10;  // 10 + 54 + 1 slots: more than the kept cache's 64
     call(longer, 20, "longer");
     EXPECT_EQ(kept.reuses(), 1);
     call(longer, 30, "longer again");

@@ -113,11 +113,20 @@ TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
   const ModelConfig& m = config.model;
   const double rows = 8 / 2 * 4;
   const double vocab = static_cast<double>(m.vocab_size > 0 ? m.vocab_size : kVocab);
-  EXPECT_DOUBLE_EQ(plan.rollouts, 2.0 * static_cast<double>(m.n_layers * m.n_kv_heads * resolved_head_dim(m)) * rows *
-                                      40.0 * 4.0 + 12.0 * rows * vocab);
+  const auto cache_at = [&](double slots) {
+    return 2.0 * static_cast<double>(m.n_layers * m.n_kv_heads * resolved_head_dim(m)) * rows * slots * 4.0;
+  };
+  // rl.keep_decoder (the default): the cache, in whole steps of 64 slots, also stays through the update.
+  EXPECT_DOUBLE_EQ(plan.rollouts, cache_at(64) + 12.0 * rows * vocab);
+  EXPECT_DOUBLE_EQ(plan.kept_rollout_cache, cache_at(64));
   EXPECT_DOUBLE_EQ(plan.total(), plan.weights + plan.gradients + plan.gradient_buffers + plan.optimizer +
-                                     plan.reference_weights + std::max(plan.activations + plan.vocabulary_loss,
-                                                                       plan.rollouts));
+                                     plan.reference_weights +
+                                     std::max(plan.activations + plan.vocabulary_loss + cache_at(64), plan.rollouts));
+  Config unkept = config;
+  unkept.rl.keep_decoder = false;
+  const MemoryPlan per_step = plan_rollout_memory(unkept, kVocab, 2, false, causal);
+  EXPECT_DOUBLE_EQ(per_step.rollouts, cache_at(40) + 12.0 * rows * vocab);
+  EXPECT_EQ(per_step.kept_rollout_cache, 0.0);
   // The window plan of the same model at the same rows and length has the same activations.
   Config windows = config;
   windows.objective.name = "ar";
