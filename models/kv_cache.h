@@ -10,9 +10,18 @@
 
 namespace inkstone {
 
-// A KV cache kept from one sampling call to the next is sized in steps of this many slots, so that calls whose
-// prompts differ by a few tokens share it (sampler/row_decoders.h, KeptRowDecoder; the RL dry run counts it so).
+// A KV cache kept from one sampling call to the next is sized in whole steps of this many slots, so that calls
+// whose prompts differ by a few tokens share it (sampler/row_decoders.h, KeptRowDecoder; the RL dry run counts it
+// so): the slots it is made with for `slots` needed.
 inline constexpr int64_t kKeptCacheSlotStep = 64;
+inline int64_t kept_cache_slots(int64_t slots) {
+  return (slots + kKeptCacheSlotStep - 1) / kKeptCacheSlotStep * kKeptCacheSlotStep;
+}
+
+// Steps between a CUDA decoder's host reads of its rows' ends (sampler/ar_sampler.cpp): a row may run this many
+// steps past its end, so its cache holds as many slots beyond its prompt and new tokens (the RL dry run counts
+// them).
+inline constexpr int64_t kCudaEndCheckInterval = 8;
 
 // Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
 // with the dtype the layer produces), plus which slots hold real tokens. A forward over several tokens (prefill,

@@ -132,6 +132,9 @@ class LanguageModelImpl : public torch::nn::Module, public AuxiliarySource {
   std::vector<std::pair<std::string, ParamRole>> param_roles() const;
 
   const ModelConfig& config() const { return config_; }
+  // The RoPE frequencies every forward reads (moved to the device of the last forward): a captured decode graph
+  // reads them at this address.
+  const torch::Tensor& rope_omega() const { return rope_omega_; }
   int64_t vocab_size() const { return vocab_size_; }
   int64_t token_count() const { return token_count_; }
 

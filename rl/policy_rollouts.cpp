@@ -15,12 +15,13 @@ PolicyRollouts policy_rollouts(LanguageModel model, const Config& config, const 
   const auto objective = make_policy_objective(config, tokenizer);
   PolicyRollouts out;
   if (objective->needs().mask == MaskMode::causal) {
-    // rl.keep_decoder: one decoder for every step's rollouts, its cache and CUDA graphs made once
-    // (sampler/row_decoders.h).
-    auto kept = config.rl.keep_decoder ? std::make_shared<KeptRowDecoder>() : nullptr;
+    // One decoder for the calls that ask to keep it (the training steps' rollouts, rl.keep_decoder): its cache and
+    // CUDA graphs are made once (sampler/row_decoders.h).
+    auto kept = std::make_shared<KeptRowDecoder>();
     out.generate = [model, &tokenizer, kept](const std::vector<std::vector<int32_t>>& prompts,
                                              const RolloutOptions& options, int64_t first_group) mutable {
-      return generate_rollouts(model, tokenizer, prompts, options, first_group, kept.get());
+      return generate_rollouts(model, tokenizer, prompts, options, first_group,
+                               options.keep_decoder ? kept.get() : nullptr);
     };
     return out;
   }

@@ -122,6 +122,7 @@ RolloutSource::Generated RolloutSource::generate(TrainingSession& session, int64
   options.seed = static_cast<int64_t>(counter_hash({seed_, step_key}) >> 1);
   options.stop = rl_.stop;
   options.decode = cuda_graphs_ ? DecodeMode::automatic : DecodeMode::growing_cache;
+  options.keep_decoder = rl_.keep_decoder;
   out.rollouts = rollouts_.generate(ids, options, step * rl_.prompts_per_step + rank_ * rank_prompts());
   return out;
 }

@@ -73,7 +73,7 @@ void check_inputs(const LanguageModel& model, const std::vector<std::vector<int3
 
 // Finished rows are noticed on the host every this many steps. A host read is free on the CPU; on a GPU it
 // drains the queue, so there rows run a few steps past their end (the extra draws are dropped) between checks.
-int64_t host_check_interval(torch::Device device) { return device.is_cuda() ? 8 : 1; }
+int64_t host_check_interval(torch::Device device) { return device.is_cuda() ? kCudaEndCheckInterval : 1; }
 
 // The smallest power of two holding `active` rows, at most `rows`: the sizes a compacted batch takes, so that a
 // CUDA graph captured for one serves every later compaction to it.
@@ -106,16 +106,13 @@ class DecodeRun {
     spec.use_kv_cache = options.use_kv_cache;
     spec.decode = options.decode;
     spec.cache_dtype = options.cache_dtype;
-    auto make = [&] {
-      if (kept) return &kept->acquire(model, spec);
-      owned_ = make_row_decoder(model, spec);
-      return owned_.get();
-    };
+    auto make = [&] { return kept ? kept->take(model, spec) : make_row_decoder(model, spec); };
     decoder_ = make();
     if (!decoder_->refills() && spec.rows < samples_) {  // (its buffers come with the first prefill: none yet)
       spec.rows = samples_;
       decoder_ = make();
     }
+    graphs_before_ = decoder_->graphs_captured();
     rows_ = in_use_ = spec.rows;
     continuous_ = options.continuous && decoder_->refills();
     const auto i64 = torch::TensorOptions().dtype(torch::kLong).device(device_);
@@ -155,6 +152,9 @@ class DecodeRun {
   }
 
   bool graphed() const { return decoder_->graphed(); }
+  int64_t graphs_captured() const { return decoder_->graphs_captured() - graphs_before_; }
+  // After run(): the decoder goes back to `kept` for the next call.
+  void hand_back(KeptRowDecoder& kept, const LanguageModel& model) { kept.keep(std::move(decoder_), model); }
 
  private:
   std::vector<int64_t> idle_rows() const {
@@ -306,8 +306,8 @@ class DecodeRun {
   int64_t interval_;
   int64_t width_;  // history columns: max_new_tokens and the steps a row may run past its end before a check
   kernels::FilterParams filter_;
-  std::unique_ptr<RowDecoder> owned_;  // the decoder of this call alone (none kept)
-  RowDecoder* decoder_ = nullptr;
+  std::unique_ptr<RowDecoder> decoder_;
+  int64_t graphs_before_ = 0;  // graphs the decoder had captured in earlier calls
   int64_t rows_ = 0, in_use_ = 0;
   bool continuous_ = true;
   int64_t next_sample_ = 0;
@@ -344,6 +344,8 @@ ArSampleResult sample_autoregressive(LanguageModel& model, const std::vector<std
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_time).count();
   result.tokens_per_s = result.generated_tokens / std::max(result.seconds, 1e-9);
   result.cuda_graph = run.graphed();
+  result.graphs_captured = run.graphs_captured();
+  if (kept) run.hand_back(*kept, model);
   return result;
 }
 

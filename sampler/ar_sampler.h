@@ -54,6 +54,7 @@ struct ArSampleResult {
   double seconds = 0;             // prefill and decode, wall clock
   double tokens_per_s = 0;        // generated_tokens / seconds
   bool cuda_graph = false;        // the decode steps replayed a captured CUDA graph
+  int64_t graphs_captured = 0;    // graphs this call captured (a kept decoder replays earlier calls' graphs)
 };
 
 // Runs every sample of every prompt on the model's device, under inference mode, max_rows rows at a time

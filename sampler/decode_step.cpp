@@ -71,15 +71,17 @@ torch::Tensor FixedWindowDecoder::step(const torch::Tensor& tokens, const torch:
       const auto device = tokens_.device().index();
       c10::cuda::CUDAGuard on_model_device(tokens_.device());
       torch::cuda::synchronize(device);
-      graph_ = std::make_unique<CapturedGraph>();
+      // Held only once captured whole: a capture that throws leaves no graph to replay.
+      auto captured = std::make_unique<CapturedGraph>();
       {
         c10::cuda::CUDAStreamGuard side(c10::cuda::getStreamFromPool(/*isHighPriority=*/false, device));
         for (int warmup = 0; warmup < 2; ++warmup) forward();
-        graph_->graph.capture_begin();
+        captured->graph.capture_begin();
         logits_ = forward();
-        graph_->graph.capture_end();
+        captured->graph.capture_end();
       }
       torch::cuda::synchronize(device);
+      graph_ = std::move(captured);
     }
     c10::cuda::CUDAGuard on_model_device(tokens_.device());
     graph_->graph.replay();

@@ -23,6 +23,9 @@ struct RolloutOptions {
   DecodeMode decode = DecodeMode::automatic;
   int64_t max_rows = 0;           // rows decoded at once (ArSampleOptions::max_rows); 0: every completion
   bool continuous = true;         // ArSampleOptions::continuous
+  // The caller's kept decoder serves this call (RL's training rollouts, one call per step with the same rows);
+  // false: the call's own (evaluation, whose rows differ, would replace the kept one every time).
+  bool keep_decoder = false;
 };
 
 struct Rollouts {

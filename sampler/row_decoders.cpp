@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <tuple>
 
 #include <torch/torch.h>
 
@@ -62,6 +63,7 @@ class PerRowCacheDecoder : public RowDecoder {
         capacity_(spec.capacity),
         read_every_slot_(spec.decode == DecodeMode::fixed_window || use_graph),
         use_graph_(use_graph),
+        keep_graphs_(spec.keep_graphs),
         slots_(torch::zeros({spec.rows}, torch::TensorOptions().dtype(torch::kLong).device(device_))),
         positions_(torch::zeros_like(slots_)),
         host_slots_(static_cast<size_t>(spec.rows), 0) {}
@@ -97,7 +99,10 @@ class PerRowCacheDecoder : public RowDecoder {
     torch::Tensor logits;
     if (use_graph_) {
       auto& graph = graphs_[rows];
-      if (!graph) graph = std::make_unique<FixedWindowDecoder>(model_, cache_, rows, true);
+      if (!graph) {
+        graph = std::make_unique<FixedWindowDecoder>(model_, cache_, rows, true);
+        ++graphs_captured_;
+      }
       logits = graph->step(tokens, positions, slots);
     } else {
       const auto longest = *std::max_element(host_slots_.begin(), host_slots_.begin() + rows);
@@ -125,18 +130,23 @@ class PerRowCacheDecoder : public RowDecoder {
     for (size_t i = 0; i < sources.size(); ++i) host[i] = host_slots_[static_cast<size_t>(sources[i])];
     host_slots_ = std::move(host);
     cache_.use_rows(rows);
+    // A call's buckets only shrink: unless a later call replays them, the larger ones' graphs (and their memory
+    // pools) are freed.
+    if (!keep_graphs_) graphs_.erase(graphs_.upper_bound(rows), graphs_.end());
   }
 
   bool graphed() const override { return use_graph_; }
+  int64_t graphs_captured() const override { return graphs_captured_; }
+  bool restartable() const override { return true; }
 
-  // The larger buckets' graphs stay for the next call (each holds one decode step's buffers at its rows, so all of
-  // them together hold about twice the largest's); stale slots past a row's own are masked as after a refill.
-  bool restart() override {
+  // Every row of the next call is started (adopt_rows rewrites its slots from 0, its padding record and
+  // convolution state), and the stale slots past a row's own are masked as after a refill; the graphs of every
+  // bucket stay (each holds one step's buffers at its rows, all of them about twice the largest's).
+  void restart() override {
     cache_.use_rows(cache_.batch_size());
     slots_.zero_();
     positions_.zero_();
     std::fill(host_slots_.begin(), host_slots_.end(), 0);
-    return true;
   }
 
  private:
@@ -147,6 +157,8 @@ class PerRowCacheDecoder : public RowDecoder {
   int64_t capacity_;
   bool read_every_slot_;
   bool use_graph_;
+  bool keep_graphs_;
+  int64_t graphs_captured_ = 0;
   torch::Tensor slots_;      // [rows] int64: each row's next slot
   torch::Tensor positions_;  // [rows] int64: each row's next RoPE position
   std::vector<int64_t> host_slots_;  // the same slots, for the read limit
@@ -237,32 +249,49 @@ class RecomputeDecoder : public RowDecoder {
   int64_t rows_;
 };
 
-std::vector<const void*> tensor_addresses(const LanguageModel& model) {
-  std::vector<const void*> addresses;
-  for (const auto& tensor : model->parameters()) addresses.push_back(tensor.data_ptr());
-  for (const auto& tensor : model->buffers()) addresses.push_back(tensor.data_ptr());
-  return addresses;
+KeptRowDecoder::Footprint footprint_of(const LanguageModel& model) {
+  KeptRowDecoder::Footprint footprint;
+  footprint.module = model.get();
+  footprint.token_count = model->token_count();
+  auto add = [&](const torch::Tensor& tensor) {
+    footprint.addresses.push_back(tensor.data_ptr());
+    footprint.layouts.push_back(static_cast<int64_t>(tensor.scalar_type()));
+    for (const int64_t size : tensor.sizes()) footprint.layouts.push_back(size);
+    footprint.layouts.push_back(-1);
+  };
+  for (const auto& tensor : model->parameters()) add(tensor);
+  for (const auto& tensor : model->buffers()) add(tensor);
+  add(model->rope_omega());
+  return footprint;
 }
 
 }  // namespace
 
-bool KeptRowDecoder::fits(const LanguageModel& model, const RowDecoderSpec& spec) const {
-  return decoder_ && spec.rows == spec_.rows && spec.capacity <= spec_.capacity &&
-         spec.use_kv_cache == spec_.use_kv_cache && spec.decode == spec_.decode &&
-         spec.cache_dtype == spec_.cache_dtype && tensor_addresses(model) == addresses_;
+bool KeptRowDecoder::Footprint::operator==(const Footprint& other) const {
+  return std::tie(module, token_count, addresses, layouts) ==
+         std::tie(other.module, other.token_count, other.addresses, other.layouts);
 }
 
-RowDecoder& KeptRowDecoder::acquire(const LanguageModel& model, const RowDecoderSpec& spec) {
-  if (fits(model, spec) && decoder_->restart()) {
+std::unique_ptr<RowDecoder> KeptRowDecoder::take(const LanguageModel& model, const RowDecoderSpec& spec) {
+  const bool fits = decoder_ && spec.rows == spec_.rows && spec.capacity <= spec_.capacity &&
+                    spec.use_kv_cache == spec_.use_kv_cache && spec.decode == spec_.decode &&
+                    spec.cache_dtype == spec_.cache_dtype && footprint_of(model) == footprint_;
+  if (fits) {
     ++reuses_;
-    return *decoder_;
+    decoder_->restart();
+    return std::move(decoder_);
   }
   decoder_.reset();  // its cache and graphs go before the new ones are allocated
   spec_ = spec;
-  spec_.capacity = (spec.capacity + kKeptCacheSlotStep - 1) / kKeptCacheSlotStep * kKeptCacheSlotStep;
-  decoder_ = make_row_decoder(model, spec_);
-  addresses_ = tensor_addresses(model);
-  return *decoder_;
+  spec_.capacity = kept_cache_slots(spec.capacity);
+  spec_.keep_graphs = true;
+  return make_row_decoder(model, spec_);
+}
+
+void KeptRowDecoder::keep(std::unique_ptr<RowDecoder> decoder, const LanguageModel& model) {
+  if (!decoder || !decoder->restartable()) return;
+  decoder_ = std::move(decoder);
+  footprint_ = footprint_of(model);
 }
 
 std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec) {

@@ -34,9 +34,13 @@ class RowDecoder {
   // False: one start of every row and no compaction (the cache cannot give rows lengths of their own).
   virtual bool refills() const { return true; }
   virtual bool graphed() const { return false; }
-  // Makes every row idle and unstarted again for another call, keeping the cache's buffers and the captured
-  // graphs; false where a decoder cannot (then a new one is made).
-  virtual bool restart() { return false; }
+  // CUDA graphs captured so far (one per batch bucket the decoder has stepped).
+  virtual int64_t graphs_captured() const { return 0; }
+  // Whether restart() can ready the decoder for another call (per-row caches); the others are made per call.
+  virtual bool restartable() const { return false; }
+  // Makes every row idle again for a call that starts every row at once, keeping the cache's buffers and the
+  // captured graphs.
+  virtual void restart() {}
 };
 
 struct RowDecoderSpec {
@@ -45,31 +49,47 @@ struct RowDecoderSpec {
   bool use_kv_cache = true;  // false: every step recomputes every row's whole sequence (the benchmark baseline)
   DecodeMode decode = DecodeMode::automatic;
   std::optional<torch::ScalarType> cache_dtype;  // keys and values kept in this dtype; unset: the layers'
+  // The graphs of larger buckets stay after a compaction, for a later call (a decoder kept across calls); false:
+  // they are freed, since a call's buckets only shrink.
+  bool keep_graphs = false;
 };
 
 // The decoder for this model and spec: a KV cache with a slot per row and step (per-row decoding), a KV cache
 // whose slots all rows share (models with hidden streams, which decode several slots per token), or none.
 std::unique_ptr<RowDecoder> make_row_decoder(LanguageModel model, const RowDecoderSpec& spec);
 
-// A row decoder kept from one sampling call to the next (RL rollouts sample once per step): its KV cache and, on
-// CUDA, its captured graphs, one per batch bucket, serve the next call whose spec fits (docs/sampling.md,
-// "Decoders kept across calls"). A graph reads the weights at the addresses they had when it was captured, so the
-// decoder is replaced when any parameter or buffer of the model has moved (ZeRO-3 gathers, a dtype cast) as well
-// as when the rows, the cache form or its dtype change, or the call needs more slots than the cache holds.
+// A row decoder kept from one sampling call to the next (RL's training rollouts sample once per step): its KV cache
+// and, on CUDA, its captured graphs, one per batch bucket, serve the next call whose spec fits (docs/sampling.md,
+// "Decoders kept across calls"). A graph replays the addresses it recorded, so the decoder is replaced when the model
+// is another one or any of its parameters, buffers or RoPE frequencies has moved or changed dtype or shape (ZeRO-3
+// gathers and dtype casts may move them; optimizer steps write in place), as well as when the rows, the cache form or
+// its dtype change, or the call needs more slots than the cache holds.
 class KeptRowDecoder {
  public:
-  // The kept decoder, restarted, when it fits `spec`; else a new one, with room for `spec.capacity` rounded up to
-  // a multiple of kKeptCacheSlotStep (models/kv_cache.h), which is kept from now on.
-  RowDecoder& acquire(const LanguageModel& model, const RowDecoderSpec& spec);
+  // The decoder for one call: the kept one, restarted, when it fits `spec`; else a new one with room for
+  // kept_cache_slots(spec.capacity) slots (models/kv_cache.h). The call hands it back with keep() once it has ended
+  // normally; a call that fails drops it, so a half-captured graph is never replayed.
+  std::unique_ptr<RowDecoder> take(const LanguageModel& model, const RowDecoderSpec& spec);
+  // Keeps the decoder take() gave out, as `model` now is (its graphs captured), for the next call; a decoder that
+  // cannot restart is freed.
+  void keep(std::unique_ptr<RowDecoder> decoder, const LanguageModel& model);
   // Calls served by a decoder made for an earlier one.
   int64_t reuses() const { return reuses_; }
 
- private:
-  bool fits(const LanguageModel& model, const RowDecoderSpec& spec) const;
+  // What a captured graph depends on in the model: the module, its ids, and the address, dtype and shape of every
+  // tensor a forward reads.
+  struct Footprint {
+    const void* module = nullptr;
+    int64_t token_count = 0;
+    std::vector<const void*> addresses;
+    std::vector<int64_t> layouts;  // per tensor its dtype and sizes, then −1
+    bool operator==(const Footprint& other) const;
+  };
 
+ private:
   std::unique_ptr<RowDecoder> decoder_;
-  RowDecoderSpec spec_;
-  std::vector<const void*> addresses_;  // of the model's parameters and buffers when the decoder was made
+  RowDecoderSpec spec_;  // of the decoder given out or kept, with its rounded capacity
+  Footprint footprint_;  // of the model when the decoder was kept
   int64_t reuses_ = 0;
 };
 

@@ -141,13 +141,15 @@ MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t
   const double rows = static_cast<double>(rank_rows);
   if (policy.causal) {
     // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits; a kept
-    // cache (rl.keep_decoder) is sized in whole steps of slots and stays through the update.
-    const int64_t slots =
-        rl.keep_decoder ? (length + kKeptCacheSlotStep - 1) / kKeptCacheSlotStep * kKeptCacheSlotStep : length;
+    // cache (rl.keep_decoder; hidden-stream models' shared caches are never kept) holds the slots a CUDA row may run
+    // past its end too, in whole steps of slots, and stays through the update. The kept decode graphs' buffers
+    // (about two [rows, V] logits) are not counted.
+    const bool kept = rl.keep_decoder && c.hidden_streams <= 1;
+    const int64_t slots = kept ? kept_cache_slots(length + kCudaEndCheckInterval) : length;
     const double cache =
         kv_cache_bytes(c, rows, static_cast<double>(slots), static_cast<double>(plan.bytes_per_weight));
     plan.rollouts = cache + 3.0 * 4.0 * rows * vocab;
-    if (rl.keep_decoder) plan.kept_rollout_cache = cache;
+    if (kept) plan.kept_rollout_cache = cache;
   } else {
     // The denoiser's float logits of the whole canvas, and the float64 posterior's working copy of one step.
     plan.rollouts = 4.0 * rows * static_cast<double>(length) * vocab;

@@ -286,9 +286,9 @@ TEST(Cuda, ContinuousBatchingUnderGraphsSamplesAsTheCpu) {
   }
 }
 
-// A decoder kept across calls replays the graphs it captured in the first call (every bucket's) in the next ones,
-// with the weights updated in place between calls as an optimizer step updates them, and samples what the CPU
-// engine samples with those weights.
+// A decoder kept across calls replays in later calls the graphs it captured (one per bucket a call reaches), with
+// the weights updated in place between calls as an optimizer step updates them, and samples what the CPU engine
+// samples with those weights; a later call captures only buckets no earlier call reached.
 TEST(Cuda, AKeptDecoderReplaysItsGraphsInLaterCalls) {
   INKSTONE_REQUIRE_CUDA();
   auto cpu_model = tiny_model();
@@ -297,6 +297,7 @@ TEST(Cuda, AKeptDecoderReplaysItsGraphsInLaterCalls) {
   ArSampleOptions options = refilling_options();
   const auto& prompts = kRefillPrompts;
   KeptRowDecoder kept;
+  int64_t captured = 0;
   for (int64_t call = 0; call < 3; ++call) {
     if (call > 0) {
       torch::NoGradGuard no_grad;
@@ -309,6 +310,9 @@ TEST(Cuda, AKeptDecoderReplaysItsGraphsInLaterCalls) {
     options.decode = DecodeMode::cuda_graph;
     const auto gpu = sample_autoregressive(gpu_model, prompts, options, &kept);
     EXPECT_TRUE(gpu.cuda_graph);
+    captured += gpu.graphs_captured;
+    EXPECT_LE(captured, 3) << "buckets 4, 2 and 1 are captured once each";
+    if (call == 0) EXPECT_GE(gpu.graphs_captured, 1);
     ASSERT_EQ(gpu.samples.size(), cpu.samples.size());
     for (size_t i = 0; i < cpu.samples.size(); ++i) {
       EXPECT_EQ(gpu.samples[i].tokens, cpu.samples[i].tokens) << "call " << call << " sample " << i;

@@ -63,6 +63,24 @@ void for_each_block_method(const std::function<void(BlockSampleOptions)>& check)
   }
 }
 
+// `options` with the approximate cache over the same context (prefix, or prefix and noisy suffix): refreshed at every
+// call it gives the samples and model calls of `exact`, the recomputation of 3 rows after the 5-token prompt;
+// refreshed once per block it keeps the prompt and fills every block with byte ids.
+void expect_the_approximate_cache_to_match(LanguageModel& model, const DiffusionProcess& process,
+                                           const std::vector<int32_t>& prompt, BlockSampleOptions options,
+                                           const BlockSampleResult& exact) {
+  options.approximate_cache = true;
+  options.refresh_every = 1;
+  const auto refreshed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+  EXPECT_TRUE(refreshed.tokens.equal(exact.tokens));
+  EXPECT_EQ(refreshed.model_calls, exact.model_calls);
+  options.refresh_every = 0;
+  const auto per_block = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
+  ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
+  EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
+  EXPECT_TRUE(per_block.tokens.narrow(1, 5, per_block.tokens.size(1) - 5).lt(256).all().item<bool>());
+}
+
 TEST(BlockSampler, TheCacheOfCommittedBlocksGivesTheSamplesOfRecomputingThem) {
   auto model = random_model(71);
   const auto process = byte_process(4);
@@ -93,17 +111,8 @@ TEST(BlockSampler, TheApproximateCacheRefreshedEveryCallIsTheExactRecomputation)
   const std::vector<int32_t> prompt{72, 101, 108, 108, 111};
   for_each_block_method([&](BlockSampleOptions options) {
     options.use_cache = false;
-    const auto exact = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
-    options.approximate_cache = true;
-    options.refresh_every = 1;
-    const auto refreshed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
-    EXPECT_TRUE(refreshed.tokens.equal(exact.tokens));
-    EXPECT_EQ(refreshed.model_calls, exact.model_calls);
-    options.refresh_every = 0;
-    const auto per_block = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
-    ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
-    EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
-    EXPECT_TRUE(per_block.tokens.lt(256).all().item<bool>());
+    expect_the_approximate_cache_to_match(model, process, prompt, options,
+                                          sample_in_blocks(model, process, prompt, 3, options, torch::kCPU));
   });
 }
 
@@ -125,16 +134,7 @@ TEST(BlockSampler, TheDualCacheRefreshedEveryCallIsTheExactRecomputationOfTheNoi
       ASSERT_EQ(exact.tokens.sizes(), (std::vector<int64_t>{3, 5 + 12}));
       // The suffix is read: the first block already differs from the text that grows block by block.
       EXPECT_FALSE(exact.tokens.narrow(1, 5, 4).equal(growing.tokens.narrow(1, 5, 4)));
-      options.approximate_cache = true;
-      options.refresh_every = 1;
-      const auto refreshed = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
-      EXPECT_TRUE(refreshed.tokens.equal(exact.tokens));
-      EXPECT_EQ(refreshed.model_calls, exact.model_calls);
-      options.refresh_every = 0;
-      const auto per_block = sample_in_blocks(model, process, prompt, 3, options, torch::kCPU);
-      ASSERT_EQ(per_block.tokens.sizes(), exact.tokens.sizes());
-      EXPECT_TRUE(per_block.tokens.narrow(1, 0, 5).equal(exact.tokens.narrow(1, 0, 5)));
-      EXPECT_TRUE(per_block.tokens.narrow(1, 5, 12).lt(256).all().item<bool>());
+      expect_the_approximate_cache_to_match(model, process, prompt, options, exact);
     });
   }
 }

@@ -183,44 +183,42 @@ TEST(ContinuousBatching, ARolloutDependsOnItsGroupNotOnItsBatch) {
   for (int64_t s = 0; s < 3; ++s) EXPECT_EQ(alone.completions[s], together.completions[6 + s]) << "sample " << s;
 }
 
-// A decoder kept across calls (RL's rollouts, one call per step) samples each call as a fresh one does, after
-// compactions of earlier calls, when a call needs more slots than it holds (it is replaced) and when the model's
-// weights have moved (replaced: a graph would read the old addresses); it serves the calls that fit.
+// A decoder kept across calls (RL's rollouts, one call per step) samples each call as a fresh one does: after
+// compactions of earlier calls, in a cache made larger by an earlier call, and it is replaced (and still samples
+// right) when a call needs more slots than it holds, when the model's weights have moved (a graph would read the
+// old addresses) and when the rows differ; the calls that fit reuse it.
 TEST(ContinuousBatching, AKeptDecoderSamplesEveryCallAsAFreshOne) {
   auto model = testing::peaked_tiny_model();
   auto o = varied_options();
   o.end_ids = varied_end_ids(model);
   o.max_rows = 4;
-  const std::vector<std::vector<int32_t>> longer = {{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {15}};
+  const std::vector<std::vector<int32_t>> longer = {{5, 6, 7, 8, 9, 10, 11, 12, 13, 14}, {15}};  // 6 samples
   for (const auto mode : {DecodeMode::growing_cache, DecodeMode::fixed_window}) {
     SCOPED_TRACE(mode == DecodeMode::fixed_window ? "fixed window" : "growing cache");
     o.decode = mode;
+    o.max_new_tokens = varied_options().max_new_tokens;
     KeptRowDecoder kept;
-    auto call = [&](const std::vector<std::vector<int32_t>>& prompts, int64_t first_prompt, const std::string& what) {
-      o.first_prompt = first_prompt;
+    int64_t call_key = 0;
+    auto call = [&](const std::vector<std::vector<int32_t>>& prompts, const std::string& what, int64_t reuses) {
+      o.first_prompt = 10 * call_key++;
       expect_same_samples(sample_autoregressive(model, prompts, o, &kept), sample_autoregressive(model, prompts, o),
                           what);
+      EXPECT_EQ(kept.reuses(), reuses) << what;
     };
-    call(kVariedPrompts, 0, "first call");
-    EXPECT_EQ(kept.reuses(), 0);
-    call(kVariedPrompts, 5, "second call");
-    call({kVariedPrompts[2]}, 9, "third call, fewer prompts");  // 3 samples: 3 rows, not the kept 4
-    EXPECT_EQ(kept.reuses(), 1);
-    o.max_new_tokens = kKeptCacheSlotStep - 10;  // 10 + 54 + 1 slots: more than the kept cache's 64
-    call(longer, 20, "longer");
-    EXPECT_EQ(kept.reuses(), 1);
-    call(longer, 30, "longer again");
-    EXPECT_EQ(kept.reuses(), 2);
+    call(kVariedPrompts, "first call", 0);  // 22 slots: a cache of 64
+    call(kVariedPrompts, "second call", 1);
+    o.max_new_tokens = kKeptCacheSlotStep - 10;  // 10 + 54 + 1 = 65 slots, 4 rows as before
+    call(longer, "more slots than the kept cache", 1);
+    call(longer, "the larger cache again", 2);
     o.max_new_tokens = varied_options().max_new_tokens;
-    call(kVariedPrompts, 40, "shorter, in the larger cache");
-    EXPECT_EQ(kept.reuses(), 3);
+    call(kVariedPrompts, "fewer slots, in the larger cache", 3);
     {
       torch::NoGradGuard no_grad;
       auto& weight = model->embed->weight;
-      weight.set_data(weight.detach().clone());  // the weights move, as a ZeRO-3 gather moves them
+      weight.set_data(weight.detach().clone());  // the weights move, as a ZeRO-3 gather may move them
     }
-    call(kVariedPrompts, 50, "moved weights");
-    EXPECT_EQ(kept.reuses(), 3);
+    call(kVariedPrompts, "moved weights", 3);
+    call({kVariedPrompts[2]}, "3 rows instead of 4", 3);
   }
 }
 

@@ -116,7 +116,8 @@ TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
   const auto cache_at = [&](double slots) {
     return 2.0 * static_cast<double>(m.n_layers * m.n_kv_heads * resolved_head_dim(m)) * rows * slots * 4.0;
   };
-  // rl.keep_decoder (the default): the cache, in whole steps of 64 slots, also stays through the update.
+  // rl.keep_decoder (the default): the cache, with 8 slots of a CUDA row's run past its end, in whole steps of 64
+  // slots, also stays through the update.
   EXPECT_DOUBLE_EQ(plan.rollouts, cache_at(64) + 12.0 * rows * vocab);
   EXPECT_DOUBLE_EQ(plan.kept_rollout_cache, cache_at(64));
   EXPECT_DOUBLE_EQ(plan.total(), plan.weights + plan.gradients + plan.gradient_buffers + plan.optimizer +
@@ -127,6 +128,9 @@ TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
   const MemoryPlan per_step = plan_rollout_memory(unkept, kVocab, 2, false, causal);
   EXPECT_DOUBLE_EQ(per_step.rollouts, cache_at(40) + 12.0 * rows * vocab);
   EXPECT_EQ(per_step.kept_rollout_cache, 0.0);
+  RolloutPolicyShape longer = causal;
+  longer.row_tokens = 60;  // 60 + 8 slots: two steps of 64
+  EXPECT_DOUBLE_EQ(plan_rollout_memory(config, kVocab, 2, false, longer).kept_rollout_cache, cache_at(128));
   // The window plan of the same model at the same rows and length has the same activations.
   Config windows = config;
   windows.objective.name = "ar";
