@@ -285,8 +285,7 @@ nlohmann::json run_diffusion_blocks(const BenchArgs& a) {
   blocks.block_size = a.block_size;
   blocks.max_new_tokens = a.seq_len;
   blocks.use_cache = false;
-  blocks.approximate_cache = a.context == "approximate" || a.context == "dual";
-  blocks.noisy_suffix = a.context == "noisy-suffix" || a.context == "dual";
+  set_block_context(a.context, blocks);
   const int64_t count = a.block_size > 0 ? (a.seq_len + a.block_size - 1) / a.block_size : 1;
   auto decode = [&](int64_t steps) {
     options.steps = std::max<int64_t>(1, steps / count);
@@ -453,7 +452,7 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber)
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--context", a.context, "diffusion-blocks: exact | approximate | noisy-suffix | dual")
-      ->check(CLI::IsMember({"exact", "approximate", "noisy-suffix", "dual"}))
+      ->check(CLI::IsMember(block_context_names()))
       ->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   app.add_option("--threshold", a.threshold, "diffusion-blocks: confidence threshold; 0: off")
       ->check(CLI::Range(0.0, 1.0));

@@ -1,8 +1,10 @@
 #include "sampler/block_sampler.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <chrono>
 #include <optional>
 
@@ -135,6 +137,16 @@ void check_approximate_cache(const LanguageModel& model, const DiffusionProcess&
 
 }  // namespace
 
+std::vector<std::string> block_context_names() { return {"exact", "approximate", "noisy-suffix", "dual"}; }
+
+void set_block_context(const std::string& name, BlockSampleOptions& options) {
+  const auto names = block_context_names();
+  if (std::find(names.begin(), names.end(), name) == names.end())
+    throw InputError(fmt::format("'{}' is not a block context ({})", name, fmt::join(names, ", ")));
+  options.approximate_cache = name == "approximate" || name == "dual";
+  options.noisy_suffix = name == "noisy-suffix" || name == "dual";
+}
+
 BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& process,
                                    const std::vector<int32_t>& prompt, int64_t rows, const BlockSampleOptions& options,
                                    torch::Device device) {
@@ -183,8 +195,7 @@ BlockSampleResult sample_in_blocks(LanguageModel model, const DiffusionProcess& 
     per_block.seed = static_cast<int64_t>(
         counter_hash({static_cast<uint64_t>(options.per_block.seed), static_cast<uint64_t>(b)}) >> 1);
     const DiffusionCanvas canvas{torch::zeros({rows, block}, torch::kLong), torch::zeros({rows, block}, torch::kBool)};
-    const auto after = suffix.narrow(1, std::min((b + 1) * block, suffix.size(1)),
-                                     std::max<int64_t>(0, suffix.size(1) - (b + 1) * block));
+    const auto after = suffix.slice(1, (b + 1) * block);  // empty past the last block, or without a suffix
     const auto denoiser =
         options.approximate_cache
             ? context_cached_denoiser(model, committed, after, *cache, options.refresh_every)

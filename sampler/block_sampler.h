@@ -10,6 +10,7 @@
 // dual caches).
 #pragma once
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "models/language_model.h"
@@ -43,6 +44,13 @@ struct BlockSampleResult {
   int64_t model_calls = 0;
   double seconds = 0;
 };
+
+// How a block reads its context, by name (`gen-ppl --caches`, the benchmark): exact (the block-diffusion cache, or
+// recomputing the context), approximate (the prefix cache), noisy-suffix (exact, the blocks still to come read as
+// noise), dual (the noisy suffix and the context cached once per block).
+std::vector<std::string> block_context_names();
+// Sets options.approximate_cache and options.noisy_suffix as `name` says; InputError for another name.
+void set_block_context(const std::string& name, BlockSampleOptions& options);
 
 // `rows` samples continuing `prompt`. InputError when the text would pass model.max_seq_len, for a cache with a
 // model that was not trained block-causal, for the approximate cache where check_approximate_cache says it cannot

@@ -32,9 +32,7 @@ struct GenPplOptions {
   std::vector<std::string> samplers = {"ancestral", "greedy-tail", "confidence", "adaptive"};
   std::vector<int64_t> steps = {8, 16, 32, 64, 128};
   std::vector<double> thresholds = {0.0};  // confidence samplers (sample.confidence_threshold)
-  // semi-ar samplers: exact (or none) | approximate (prefix cache) | noisy-suffix (exact, the blocks still to come
-  // read as noise) | dual (noisy suffix with the approximate cache)
-  std::vector<std::string> caches = {"exact"};
+  std::vector<std::string> caches = {"exact"};  // semi-ar samplers: block_context_names()
   int64_t num = 16;
   std::optional<int64_t> max_new_tokens, seed, batch_size, block_size;
   std::optional<double> temperature, top_p;
@@ -140,8 +138,7 @@ GridRow sample_grid_point(const DiffusionGrid& g, GridRow row) {
     // `steps` counts steps over the whole text: each block gets its share.
     BlockSampleOptions blocks = block_sample_options(g.sample, g.block_size, g.process);
     blocks.max_new_tokens = g.new_tokens;
-    blocks.approximate_cache = row.cache == "approximate" || row.cache == "dual";
-    blocks.noisy_suffix = row.cache == "noisy-suffix" || row.cache == "dual";
+    set_block_context(row.cache, blocks);
     blocks.per_block = options;
     const int64_t count = (g.new_tokens + g.block_size - 1) / g.block_size;
     blocks.per_block.steps = std::max<int64_t>(1, (row.steps + count - 1) / count);
@@ -291,7 +288,7 @@ void add_gen_ppl_command(CLI::App& app, Action& action) {
                   "(the prefix cache, once per block), noisy-suffix (exact, the blocks still to come read as noise), "
                   "dual (the noisy suffix and the context cached once per block) (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"exact", "approximate", "noisy-suffix", "dual"}));
+      ->check(CLI::IsMember(block_context_names()));
   cmd->add_option("--num", o->num, "Samples per grid point")->check(count_range(1, 1000000));
   cmd->add_option("--max-new-tokens", o->max_new_tokens, "Positions to generate")->check(count_range(1, 1 << 24));
   cmd->add_option("--prompt", o->prompt, "Prefix every sample continues (default: none)");
