@@ -89,6 +89,10 @@ bool some_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capabilit
   return false;
 }
 
+bool mixes_tokens_only_by_attention(const ModelConfig& config) {
+  return every_token_mixer(config, &TokenMixerKind::follows_attention_rule) && !config.qkv_conv;
+}
+
 void check_block_patterns(const ModelConfig& config) {
   check_pattern("mixer_pattern", config.mixer_pattern, token_mixer_kinds(), config);
   check_pattern("ffn_pattern", config.ffn_pattern, feed_forward_kinds(), config);

@@ -61,6 +61,9 @@ const FeedForwardKind& feed_forward_of(const ModelConfig& config, int64_t layer)
 // Whether every layer's token mixer, or some layer's, has `capability` (a flag of TokenMixerKind).
 bool every_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability);
 bool some_token_mixer(const ModelConfig& config, bool TokenMixerKind::*capability);
+// Whether tokens meet only where a pass's attention rule lets them: every token mixer follows the rule and no QKV
+// convolution runs over time (block diffusion's [x_0 | x_t], caches wound back, prompts packed into one row).
+bool mixes_tokens_only_by_attention(const ModelConfig& config);
 
 // InputError naming the key for a pattern letter no part is registered under, or a part's own refusal.
 void check_block_patterns(const ModelConfig& config);

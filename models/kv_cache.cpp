@@ -1,5 +1,7 @@
 #include "models/kv_cache.h"
 
+#include <algorithm>
+
 #include <torch/torch.h>
 
 namespace inkstone {
@@ -130,6 +132,41 @@ void KVCache::adopt_rows(const torch::Tensor& targets, const KVCache& prefill, c
     }
     key_real_.narrow(1, length, capacity_ - length).index_fill_(0, targets, true);  // the tokens decoded next are real
   }
+}
+
+void KVCache::adopt_segments(const torch::Tensor& targets, const KVCache& prefill, const std::vector<int64_t>& starts,
+                             const std::vector<int64_t>& lengths) {
+  TORCH_CHECK(prefill.batch_size_ == 1 && !prefill.key_real_.defined(),
+              "adopt_segments: the prefill must be one row without padding");
+  TORCH_CHECK(starts.size() == lengths.size() && static_cast<int64_t>(starts.size()) == targets.size(0),
+              "adopt_segments: one start and length per target row");
+  for (const auto& state : prefill.conv_states_)
+    TORCH_CHECK(!state.defined(), "adopt_segments: a convolution's state cannot be split between prompts");
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  TORCH_CHECK(longest <= capacity_, "adopt_segments: a prompt of ", longest, " slots into a cache of ", capacity_);
+  // [n, longest]: the prefill slot each target slot reads (past a prompt's end, the last slot: never read).
+  const auto slots = (torch::tensor(starts, torch::kLong).unsqueeze(1) + torch::arange(longest, torch::kLong))
+                         .clamp_max(prefill.length_ - 1)
+                         .flatten();
+  const auto adopt = [&](torch::Tensor& mine, const torch::Tensor& theirs) {
+    if (!theirs.defined()) return;
+    if (!mine.defined()) {
+      auto shape = theirs.sizes().vec();
+      shape[0] = batch_size_;
+      shape[2] = capacity_;
+      mine = torch::zeros(shape, theirs.options());
+    }
+    // theirs [1, n_kv, S, h_d] -> [n, n_kv, longest, h_d], written in place (a captured graph keeps the buffers).
+    const auto stretches = theirs[0].index_select(1, slots.to(theirs.device()));
+    mine.narrow(2, 0, longest)
+        .index_copy_(0, targets.to(mine.device()),
+                     stretches.view({theirs.size(1), -1, longest, theirs.size(3)}).transpose(0, 1));
+  };
+  for (size_t layer = 0; layer < keys_.size(); ++layer) {
+    adopt(keys_[layer], prefill.keys_.at(layer));
+    adopt(values_[layer], prefill.values_.at(layer));
+  }
+  if (key_real_.defined()) key_real_.index_fill_(0, targets, true);  // earlier prompts' padding record goes
 }
 
 torch::Tensor KVCache::conv_window(int64_t layer, const torch::Tensor& x, int64_t history) {

@@ -66,6 +66,12 @@ class KVCache {
   // Rows `targets` ([n] int64) take over the prefilled rows `sources` ([n] int64) of `prefill`: its slots
   // 0..prefill.length()−1, their padding record and convolution state.
   void adopt_rows(const torch::Tensor& targets, const KVCache& prefill, const torch::Tensor& sources);
+  // Rows `targets` ([n] int64) take over stretches of a one-row prefill of packed prompts: row targets[i] gets its
+  // slots starts[i]..starts[i]+lengths[i]−1 as slots 0..lengths[i]−1 (the slots above hold other prompts' keys until
+  // the row writes them: a per-row step reads a row's slots up to its own, append_at). Attention caches only, and a
+  // prefill without padding.
+  void adopt_segments(const torch::Tensor& targets, const KVCache& prefill, const std::vector<int64_t>& starts,
+                      const std::vector<int64_t>& lengths);
 
   // Convolution layers keep their last `history` inputs instead of keys and values, so their state does not grow
   // with the context. x: this call's inputs [B, num_new, C]; returns [B, history + num_new, C], the kept inputs

@@ -169,7 +169,7 @@ torch::Tensor LanguageModelImpl::hidden_states_under_rule(const torch::Tensor& t
 }
 
 torch::Tensor LanguageModelImpl::extend_cache(const torch::Tensor& tokens, KVCache& cache, const CacheInputs& inputs) {
-  return run(tokens, {inputs.mask, {}, inputs.positions, inputs.key_padding, {}, {}, &cache});
+  return run(tokens, {inputs.mask, {}, inputs.positions, inputs.key_padding, inputs.documents, {}, &cache});
 }
 
 torch::Tensor LanguageModelImpl::decode_at_slot(const torch::Tensor& tokens, const torch::Tensor& positions,
@@ -228,11 +228,14 @@ torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pa
   auto layer_contexts = contexts_per_layer(context, config_, widths_, positions);
   if (!fixed_window) use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
   if (pass.documents.defined()) {
+    TORCH_CHECK(start == 0, "packed documents go into an empty KV cache, not after ", start, " slots");
     const auto documents = streams_.slot_flags(pass.documents);
-    // Where libtorch's kernels keep O(T) per query, documents go through buckets rather than a [B, 1, T, T] mask;
-    // a mask of another kind (padding, hidden streams' local rules) keeps the dense rule.
+    // Where libtorch's kernels keep O(T) per query, or no backward will read the weights (a prompt prefill),
+    // documents go through buckets rather than a [B, 1, T, T] mask; a mask of another kind (padding, hidden
+    // streams' local rules) keeps the dense rule.
     std::shared_ptr<const DocumentBuckets> buckets;
-    if (compat::kAttentionKeepsNoWeights && streams_.streams() == 1 && !key_real.defined())
+    const bool attention_keeps_no_weights = compat::kAttentionKeepsNoWeights || !torch::GradMode::is_enabled();
+    if (attention_keeps_no_weights && streams_.streams() == 1 && !key_real.defined())
       buckets = std::make_shared<const DocumentBuckets>(document_buckets(documents, tokens.device()));
     for (auto& c : layer_contexts) {
       if (buckets)

@@ -54,11 +54,14 @@ struct RuleInputs {
 
 // Tokens [B, T] appended to a KV cache: a prompt, a committed block, or the next token of decoding with a growing
 // cache. Batched prompts of different lengths: left-pad them, mark the pads in key_padding and give each row the
-// positions 0..len−1 of its own tokens; every later call appends at the same slot for all rows.
+// positions 0..len−1 of its own tokens; every later call appends at the same slot for all rows. Or pack them into
+// one row as documents, each at its own positions (a prefill into an empty cache; KVCache::adopt_segments hands
+// each prompt's slots to a row of its own).
 struct CacheInputs {
   MaskMode mask = MaskMode::causal;
   torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
   torch::Tensor key_padding;  // [B, T] bool, true = real token of this call (the cache remembers earlier calls')
+  torch::Tensor documents;    // [B, T] int64 packed-document index; undefined: one document per row
 };
 
 // The rows of the head: the model's whole vocabulary, or the tokenizer's ids only — what samplers draw from and

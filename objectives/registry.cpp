@@ -99,7 +99,7 @@ bool trains_policies(const Registered& entry) { return entry.make_policy != null
 // Block diffusion feeds [x_0 | x_t] under a block-causal attention rule: every token mixer must follow the rule (a
 // convolution over time would carry x_t into x_0), and a QK conv or hidden streams would mix slots outside it.
 void check_block_diffusion_model(const ModelConfig& m, int64_t block) {
-  if (!every_token_mixer(m, &TokenMixerKind::follows_attention_rule) || m.qkv_conv || m.hidden_streams > 1)
+  if (!mixes_tokens_only_by_attention(m) || m.hidden_streams > 1)
     throw InputError(fmt::format("diffusion.block_size = {} needs attention-only token mixing (model.mixer_pattern "
                                  "of token mixers that follow the attention rule, no qkv_conv, one hidden stream), "
                                  "not model.mixer_pattern = \"{}\"",

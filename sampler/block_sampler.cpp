@@ -128,7 +128,7 @@ void check_approximate_cache(const LanguageModel& model, const DiffusionProcess&
   if (process.shifted_outputs)
     throw InputError("the approximate prefix cache runs the block alone, and diffusion.shifted_outputs reads a "
                      "block's first token from the position before it; sample without it");
-  if (!every_token_mixer(model->config(), &TokenMixerKind::follows_attention_rule) || model->config().qkv_conv)
+  if (!mixes_tokens_only_by_attention(model->config()))
     throw InputError("the approximate prefix cache winds its KV cache back after every step, which a convolution's "
                      "state cannot be (model.mixer_pattern, model.qkv_conv); sample without it");
   if (options.refresh_every < 0)

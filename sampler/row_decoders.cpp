@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 
+#include "models/block_registry.h"
 #include "models/kv_cache.h"
 #include "sampler/decode_step.h"
 
@@ -42,6 +43,37 @@ PaddedPrompts left_pad(const std::vector<const std::vector<Id>*>& prompts, torch
           lengths.to(device)};
 }
 
+// Prompts packed into one row, each a document at the positions 0..len−1 of its own tokens.
+struct PackedPrompts {
+  torch::Tensor tokens, positions, documents;  // [1, Σ len] int64
+  torch::Tensor last;                          // [P] int64: where each prompt's last token sits in the row
+  std::vector<int64_t> starts, lengths;        // per prompt, on the host
+};
+
+PackedPrompts pack(const std::vector<const std::vector<int32_t>*>& prompts, torch::Device device) {
+  PackedPrompts packed;
+  std::vector<int64_t> tokens, positions, documents, last;
+  for (size_t p = 0; p < prompts.size(); ++p) {
+    const auto length = static_cast<int64_t>(prompts[p]->size());
+    packed.starts.push_back(static_cast<int64_t>(tokens.size()));
+    packed.lengths.push_back(length);
+    for (int64_t i = 0; i < length; ++i) {
+      tokens.push_back((*prompts[p])[static_cast<size_t>(i)]);
+      positions.push_back(i);
+      documents.push_back(static_cast<int64_t>(p));
+    }
+    last.push_back(static_cast<int64_t>(tokens.size()) - 1);
+  }
+  const auto row = [&](const std::vector<int64_t>& values) {
+    return torch::tensor(values, torch::kLong).view({1, -1}).to(device);
+  };
+  packed.tokens = row(tokens);
+  packed.positions = row(positions);
+  packed.documents = row(documents);
+  packed.last = torch::tensor(last, torch::kLong).to(device);
+  return packed;
+}
+
 torch::Tensor last_logits(LanguageModel& model, const torch::Tensor& hidden) {
   return model->logits(hidden.select(1, -1), HeadRows::tokens);
 }
@@ -52,7 +84,10 @@ torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device dev
 
 // A KV cache with one slot counter per row: a row starts at slot 0 with its prompt's prefill (prompts named by
 // several rows, the G samples of one prompt, are prefilled once and copied), then writes its own next slot each
-// step; the attention mask reads each row's own slots (KVCache::append_at).
+// step; the attention mask reads each row's own slots (KVCache::append_at). The prompts of a start are packed into
+// one row, each attending to its own tokens, so the prefill computes no padding and every row starts right after
+// its own prompt; a model whose convolutions carry state from token to token left-pads them instead
+// (docs/sampling.md, "Continuous batching").
 class PerRowCacheDecoder : public RowDecoder {
  public:
   PerRowCacheDecoder(LanguageModel model, const RowDecoderSpec& spec, bool use_graph)
@@ -61,6 +96,7 @@ class PerRowCacheDecoder : public RowDecoder {
         cache_(model_->make_kv_cache(spec.rows, spec.capacity, spec.cache_dtype)),
         cache_dtype_(spec.cache_dtype),
         capacity_(spec.capacity),
+        packs_prompts_(mixes_tokens_only_by_attention(model_->config())),
         read_every_slot_(spec.decode == DecodeMode::fixed_window || use_graph),
         use_graph_(use_graph),
         keep_graphs_(spec.keep_graphs),
@@ -78,17 +114,39 @@ class PerRowCacheDecoder : public RowDecoder {
       if (added) distinct.push_back(prompt);
       sources.push_back(at->second);
     }
-    const auto batch = left_pad(distinct, device_);
-    const int64_t width = batch.tokens.size(1);
-    KVCache prefill = model_->make_kv_cache(static_cast<int64_t>(distinct.size()), width, cache_dtype_);
-    const auto logits = last_logits(
-        model_, model_->extend_cache(batch.tokens, prefill, {MaskMode::causal, batch.positions, batch.real}));
     const auto targets = index_tensor(rows, device_);
     const auto from = index_tensor(sources, device_);
-    cache_.adopt_rows(targets, prefill, from);
-    slots_.index_fill_(0, targets, width);
-    positions_.index_copy_(0, targets, batch.lengths.index_select(0, from));
-    for (const int64_t row : rows) host_slots_[static_cast<size_t>(row)] = width;
+    // Per started row: the slot it writes next and that token's RoPE position.
+    std::vector<int64_t> next_slots, next_positions;
+    torch::Tensor logits;  // [distinct prompts, V]
+    if (packs_prompts_) {
+      const auto packed = pack(distinct, device_);
+      KVCache prefill = model_->make_kv_cache(1, packed.tokens.size(1), cache_dtype_);
+      const auto hidden = model_->extend_cache(packed.tokens, prefill,
+                                               {MaskMode::causal, packed.positions, {}, packed.documents});
+      logits = model_->logits(hidden[0].index_select(0, packed.last), HeadRows::tokens);
+      std::vector<int64_t> starts;
+      for (const int64_t source : sources) {
+        starts.push_back(packed.starts[static_cast<size_t>(source)]);
+        next_slots.push_back(packed.lengths[static_cast<size_t>(source)]);
+      }
+      cache_.adopt_segments(targets, prefill, starts, next_slots);
+      next_positions = next_slots;
+    } else {
+      const auto batch = left_pad(distinct, device_);
+      const int64_t width = batch.tokens.size(1);
+      KVCache prefill = model_->make_kv_cache(static_cast<int64_t>(distinct.size()), width, cache_dtype_);
+      logits = last_logits(model_,
+                           model_->extend_cache(batch.tokens, prefill, {MaskMode::causal, batch.positions, batch.real}));
+      cache_.adopt_rows(targets, prefill, from);
+      for (const int64_t source : sources) {
+        next_slots.push_back(width);
+        next_positions.push_back(static_cast<int64_t>(distinct[static_cast<size_t>(source)]->size()));
+      }
+    }
+    slots_.index_copy_(0, targets, index_tensor(next_slots, device_));
+    positions_.index_copy_(0, targets, index_tensor(next_positions, device_));
+    for (size_t i = 0; i < rows.size(); ++i) host_slots_[static_cast<size_t>(rows[i])] = next_slots[i];
     return logits.index_select(0, from);
   }
 
@@ -155,6 +213,7 @@ class PerRowCacheDecoder : public RowDecoder {
   KVCache cache_;
   std::optional<torch::ScalarType> cache_dtype_;
   int64_t capacity_;
+  bool packs_prompts_;
   bool read_every_slot_;
   bool use_graph_;
   bool keep_graphs_;

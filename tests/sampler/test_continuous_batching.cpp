@@ -73,6 +73,77 @@ TEST(ContinuousBatching, IdleRowsOfACompactedBucketAttendToRealKeys) {
   EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << logits.isnan().any(1);
 }
 
+// Next-token logits [V] fp32 of `sequence` run alone through the model, in float64.
+torch::Tensor logits_alone(LanguageModel& model, const std::vector<int32_t>& sequence) {
+  const auto tokens = torch::tensor(std::vector<int64_t>(sequence.begin(), sequence.end()), torch::kLong);
+  return model(tokens.unsqueeze(0))[0][-1].slice(0, 0, kSamplerVocab);
+}
+
+// The prompts a start hands a decoder are prefilled packed into one row (each prompt attends to its own tokens,
+// with no slot of padding before them); a model whose convolutions carry state left-pads them. Either way every
+// row's first logits, and its logits after each step and after a refill beside running rows, are those of its own
+// sequence run alone: float64 weights with an attention sink and grouped queries, a prompt shared by two rows, and
+// both read forms (the longest row's slots, every slot).
+TEST(ContinuousBatching, EveryRowDecodesItsSequenceAsAloneAfterAPackedPrefill) {
+  struct Backbone {
+    const char* name;
+    void (*edit)(ModelConfig&);
+  };
+  const Backbone backbones[] = {
+      {"attention, packed", [](ModelConfig& c) { c.attention_sink = true; }},
+      {"short convolutions, left-padded", [](ModelConfig& c) { c.mixer_pattern = "AC"; }},
+  };
+  torch::NoGradGuard no_grad;  // as the sampler runs it (a packed prefill then attends by document buckets)
+  for (const auto& backbone : backbones) {
+    ModelConfig config = testing::peaked_model_config();
+    backbone.edit(config);
+    torch::manual_seed(12);
+    auto model = build_language_model(config, kSamplerVocab);
+    model->to(torch::kDouble);
+    for (const auto mode : {DecodeMode::growing_cache, DecodeMode::fixed_window}) {
+      const std::string what = std::string(backbone.name) + (mode == DecodeMode::fixed_window ? ", fixed" : "");
+      RowDecoderSpec spec;
+      spec.rows = 6;
+      spec.capacity = 24;
+      spec.decode = mode;
+      const auto decoder = make_row_decoder(model, spec);
+      // Rows 0..5 on prompts 1, 0, 1, 2, 4, 3 (rows 0 and 2 share prompt 1), then rows 1 and 3 refilled.
+      std::vector<std::vector<int32_t>> sequences = {kVariedPrompts[1], kVariedPrompts[0], kVariedPrompts[1],
+                                                     kVariedPrompts[2], kVariedPrompts[4], kVariedPrompts[3]};
+      // One object per distinct prompt, as the engine hands them out (rows naming one prompt share its prefill).
+      std::vector<const std::vector<int32_t>*> prompts;
+      for (const size_t p : std::initializer_list<size_t>{1, 0, 1, 2, 4, 3}) prompts.push_back(&kVariedPrompts[p]);
+      const auto logits = decoder->start({0, 1, 2, 3, 4, 5}, prompts);
+      const auto expect_alone = [&](const torch::Tensor& got, const std::string& when) {
+        ASSERT_EQ(got.size(0), 6) << what;
+        for (size_t r = 0; r < sequences.size(); ++r)
+          EXPECT_LT(testing::max_abs_diff(got[static_cast<int64_t>(r)], logits_alone(model, sequences[r])), 1e-5)
+              << what << ", " << when << ", row " << r;
+      };
+      expect_alone(logits, "prefill");
+      for (int64_t step = 0; step < 4; ++step) {
+        auto fed = torch::empty({6}, torch::kLong);
+        for (int64_t r = 0; r < 6; ++r) {
+          const auto token = static_cast<int32_t>((5 * r + 3 * step + 1) % kSamplerVocab);
+          fed[r] = token;
+          sequences[static_cast<size_t>(r)].push_back(token);
+        }
+        expect_alone(decoder->step(fed), "step " + std::to_string(step));
+      }
+      const std::vector<int32_t> first = {7, 8, 9, 10, 11, 12}, second = {13};
+      sequences[1] = first;
+      sequences[3] = second;
+      auto refilled = decoder->start({1, 3}, {&first, &second});
+      ASSERT_EQ(refilled.size(0), 2) << what;
+      EXPECT_LT(testing::max_abs_diff(refilled[0], logits_alone(model, first)), 1e-5) << what << ", refill";
+      EXPECT_LT(testing::max_abs_diff(refilled[1], logits_alone(model, second)), 1e-5) << what << ", refill";
+      auto fed = torch::full({6}, 2, torch::kLong);
+      for (auto& s : sequences) s.push_back(2);
+      expect_alone(decoder->step(fed), "after the refill");
+    }
+  }
+}
+
 TEST(ContinuousBatching, SamplesDoNotDependOnRowsBucketsRefillsOrCacheForm) {
   auto model = testing::peaked_tiny_model();
   auto o = varied_options();
