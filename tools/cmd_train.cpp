@@ -14,6 +14,7 @@
 #include "rl/rl_options.h"
 #include "rl/task.h"
 #include "rl/rollout_source.h"
+#include "sampler/decode_step.h"
 #include "sampler/text_samples.h"
 #include "tools/commands.h"
 #include "tools/config_reference.h"
@@ -53,6 +54,9 @@ int dry_run_rollouts(Config config, int64_t ranks, bool bf16) {
   const auto likelihood = make_policy_likelihood(config, *initial.tokenizer);
   RolloutPolicyShape policy;
   policy.causal = likelihood->needs().mask == MaskMode::causal;
+  // Graphs are captured where the run goes to CUDA (run.device = auto may find a GPU there) and the model allows.
+  policy.graphed = policy.causal && config.sample.cuda_graphs && config.run.device != DeviceChoice::cpu &&
+                   graph_decode_obstacle(config.model).empty();
   policy.forward_rows_per_rollout = likelihood->forward_rows_per_rollout();
   // Rows are prompt and completion: the longest of the first training prompts, as the run formats them.
   const auto problems = make_prompt_source(task_options(config.rl, false));

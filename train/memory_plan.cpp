@@ -142,14 +142,21 @@ MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t
   if (policy.causal) {
     // Keys and values of every row's slots (docs/sampling.md), and a few [rows, V] float rows of logits; a kept
     // cache (rl.keep_decoder; hidden-stream models' shared caches are never kept) holds the slots a CUDA row may run
-    // past its end too, in whole steps of slots, and stays through the update. The kept decode graphs' buffers
-    // (about two [rows, V] logits) are not counted.
+    // past its end too, in whole steps of slots, and stays through the update.
     const bool kept = rl.keep_decoder && c.hidden_streams <= 1;
     const int64_t slots = kept ? kept_cache_slots(length + kCudaEndCheckInterval) : length;
     const double cache =
         kv_cache_bytes(c, rows, static_cast<double>(slots), static_cast<double>(plan.bytes_per_weight));
     plan.rollouts = cache + 3.0 * 4.0 * rows * vocab;
     if (kept) plan.kept_rollout_cache = cache;
+    if (kept && policy.graphed) {
+      // Each batch bucket's graph keeps the memory its step allocated: above all the head's [b, V] output and its
+      // float32 logits (one tensor when the weights are float32). The buckets halve down from the rows, so they
+      // hold about 2·rows such rows in all.
+      const double head_bytes = 4.0 + (plan.bytes_per_weight == 4 ? 0.0 : static_cast<double>(plan.bytes_per_weight));
+      plan.kept_rollout_graphs = (2.0 * rows - 1.0) * vocab * head_bytes;
+      plan.rollouts += plan.kept_rollout_graphs;
+    }
   } else {
     // The denoiser's float logits of the whole canvas, and the float64 posterior's working copy of one step.
     plan.rollouts = 4.0 * rows * static_cast<double>(length) * vocab;
@@ -184,6 +191,9 @@ std::string describe(const MemoryPlan& plan) {
     text += fmt::format("  kept KV cache    {:.1f}  (of the rollouts, rl.keep_decoder: held through the update "
                         "too)\n",
                         mib(plan.kept_rollout_cache));
+  if (plan.kept_rollout_graphs > 0)
+    text += fmt::format("  kept CUDA graphs {:.1f}  (the decode step's buffers, one graph per batch bucket)\n",
+                        mib(plan.kept_rollout_graphs));
   text += fmt::format("  total            {:.1f}\n", mib(plan.total()));
   return text;
 }

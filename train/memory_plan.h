@@ -34,9 +34,10 @@ struct MemoryPlan {
   double reference_weights = 0;
   double rollouts = 0;
   double kept_rollout_cache = 0;  // rl.keep_decoder: the rollouts' KV cache, held through the update as well
+  double kept_rollout_graphs = 0;  // and its captured decode graphs' memory pools (CUDA)
   double total() const {
     return weights + gradients + gradient_buffers + optimizer + master_weights + reference_weights +
-           std::max(activations + vocabulary_loss + kept_rollout_cache, rollouts);
+           std::max(activations + vocabulary_loss + kept_rollout_cache + kept_rollout_graphs, rollouts);
   }
 };
 
@@ -51,6 +52,7 @@ MemoryPlan plan_memory(const Config& config, int64_t vocab_size, int64_t ranks, 
 // prompts are generated in one batch: a causal policy's KV cache and logits rows, a denoising one's canvas logits.
 struct RolloutPolicyShape {
   bool causal = true;
+  bool graphed = false;  // a causal policy's decode steps replay captured CUDA graphs (sampler/decode_step.h)
   int64_t forward_rows_per_rollout = 1;
   int64_t row_tokens = 1;
 };

@@ -131,6 +131,15 @@ TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
   RolloutPolicyShape longer = causal;
   longer.row_tokens = 60;  // 60 + 8 slots: two steps of 64
   EXPECT_DOUBLE_EQ(plan_rollout_memory(config, kVocab, 2, false, longer).kept_rollout_cache, cache_at(128));
+  // Decoding by CUDA graphs: the kept graphs of the buckets 16, 8, 4, 2, 1 hold about 31 rows of float32 logits
+  // (float32 weights: the head's output is the logits), beside the cache in both phases; none when not kept.
+  RolloutPolicyShape graphed = causal;
+  graphed.graphed = true;
+  const MemoryPlan with_graphs = plan_rollout_memory(config, kVocab, 2, false, graphed);
+  EXPECT_DOUBLE_EQ(with_graphs.kept_rollout_graphs, 31.0 * vocab * 4.0);
+  EXPECT_DOUBLE_EQ(with_graphs.rollouts, plan.rollouts + 31.0 * vocab * 4.0);
+  EXPECT_DOUBLE_EQ(with_graphs.total() - plan.total(), 31.0 * vocab * 4.0);
+  EXPECT_EQ(plan_rollout_memory(unkept, kVocab, 2, false, graphed).kept_rollout_graphs, 0.0);
   // The window plan of the same model at the same rows and length has the same activations.
   Config windows = config;
   windows.objective.name = "ar";
