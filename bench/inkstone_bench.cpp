@@ -64,6 +64,7 @@ struct BenchArgs {
   int64_t group = 8, prompts = 4;        // rollout
   std::string batching = "continuous";   // rollout: continuous | static (one batch until its last row ends)
   int64_t end_every = 0;                 // rollout: every end_every-th id ends a row too (varied lengths); 0: off
+  int64_t prompt_tokens = 0;             // rollout: the longest prompt, the others down to a quarter; 0: the question
   int64_t block_size = 32;               // diffusion-blocks: positions per block; 0: the whole window at once
   std::string context = "exact";         // diffusion-blocks: exact | approximate | noisy-suffix | dual
   double threshold = 0;                  // diffusion-blocks: the confidence threshold (0: the step schedule alone)
@@ -368,13 +369,30 @@ nlohmann::json run_decode(const BenchArgs& a) {
           {"cuda_graph", result.cuda_graph}};
 }
 
-nlohmann::json run_rollout(const BenchArgs& a) {
-  auto s = sampling_setup(a, "ar", 64 + a.new_tokens);
-  const PromptFormat format(default_config().chat, *s.ctx.tokenizer);  // eos, then the raw text, as the peer
+// Rollout prompts: a question each, and with prompt_tokens > 0 a passage before it that brings prompt p to about
+// prompt_tokens · (1 + 3p / (P − 1)) / 4 tokens (of a byte tokenizer), the varied lengths of few-shot prompts.
+std::vector<std::vector<int32_t>> rollout_prompts(const BenchArgs& a, const PromptFormat& format) {
+  const std::string sentence = "Add the two numbers and give the sum. ";
   std::vector<std::vector<int32_t>> prompts;
-  for (int64_t p = 0; p < a.prompts; ++p)
-    prompts.push_back(format.encode(fmt::format("What is {} + {}?\n", 17 * p + 3, 29 * p + 8)));
-  auto padded = torch::full({a.prompts, 64}, -1, torch::kLong);
+  for (int64_t p = 0; p < a.prompts; ++p) {
+    const auto question = fmt::format("What is {} + {}?\n", 17 * p + 3, 29 * p + 8);
+    const double share = a.prompts > 1 ? static_cast<double>(p) / static_cast<double>(a.prompts - 1) : 1.0;
+    const auto length = static_cast<size_t>(static_cast<double>(a.prompt_tokens) * (1.0 + 3.0 * share) / 4.0);
+    std::string passage;
+    while (passage.size() + question.size() < length) passage += sentence;
+    passage.resize(length > question.size() ? length - question.size() : 0);
+    prompts.push_back(format.encode(passage + question));
+  }
+  return prompts;
+}
+
+nlohmann::json run_rollout(const BenchArgs& a) {
+  auto s = sampling_setup(a, "ar", std::max<int64_t>(64, a.prompt_tokens + 16) + a.new_tokens);
+  const PromptFormat format(default_config().chat, *s.ctx.tokenizer);  // eos, then the raw text, as the peer
+  const auto prompts = rollout_prompts(a, format);
+  size_t longest = 64;
+  for (const auto& prompt : prompts) longest = std::max(longest, prompt.size());
+  auto padded = torch::full({a.prompts, static_cast<int64_t>(longest)}, -1, torch::kLong);
   for (int64_t p = 0; p < a.prompts; ++p)
     for (size_t i = 0; i < prompts[p].size(); ++i) padded[p][static_cast<int64_t>(i)] = prompts[p][i];
   share_model(a, *s.model, {{"prompts", padded}});
@@ -401,6 +419,7 @@ nlohmann::json run_rollout(const BenchArgs& a) {
   const auto row_steps = static_cast<double>(steps * a.prompts * a.group);
   return {{"tokens_per_s", row_steps / seconds},
           {"generated_tokens_per_s", result.generated_tokens / seconds},
+          {"prompts_per_s", static_cast<double>(a.prompts) / seconds},
           {"mean_length", static_cast<double>(result.generated_tokens) / static_cast<double>(a.prompts * a.group)},
           {"seconds", seconds},
           {"decode_steps", steps}};
@@ -445,6 +464,9 @@ int main(int argc, char** argv) {
   app.add_option("--batching", a.batching, "rollout: continuous | static")
       ->check(CLI::IsMember({"continuous", "static"}));
   app.add_option("--end-every", a.end_every, "rollout: ids 0, n, 2n, ... end a row as eos does; 0: eos only")
+      ->check(CLI::NonNegativeNumber);
+  app.add_option("--prompt-tokens", a.prompt_tokens,
+                 "rollout: prompts of a quarter of this many tokens up to this many (a passage before the question)")
       ->check(CLI::NonNegativeNumber);
   app.add_option("--prompts", a.prompts)->check(CLI::PositiveNumber);
   // The last --block-size and --context count: bench/run appends a comparison's own to the row's.

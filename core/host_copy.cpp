@@ -31,4 +31,10 @@ const torch::Tensor& HostCopy::values() {
   return host_;
 }
 
+torch::Tensor to_device_async(const torch::Tensor& host, torch::Device device) {
+  if (!device.is_cuda()) return host.to(device);
+  const auto pinned = torch::empty(host.sizes(), host.options().pinned_memory(true)).copy_(host);
+  return pinned.to(device, /*non_blocking=*/true);
+}
+
 }  // namespace inkstone

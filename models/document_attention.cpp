@@ -5,6 +5,7 @@
 
 #include <torch/torch.h>
 
+#include "core/host_copy.h"
 #include "core/torch_compat.h"
 
 namespace inkstone {
@@ -73,9 +74,10 @@ DocumentBuckets document_buckets(const torch::Tensor& documents, const torch::De
         }
       }
     }
-    out.buckets.push_back({length, gather.to(device), real.to(device), torch::tensor(real_slots, torch::kLong).to(device)});
+    out.buckets.push_back({length, to_device_async(gather, device), to_device_async(real, device),
+                           to_device_async(torch::tensor(real_slots, torch::kLong), device)});
   }
-  out.token_order = torch::tensor(order, torch::kLong).to(device);
+  out.token_order = to_device_async(torch::tensor(order, torch::kLong), device);
   return out;
 }
 

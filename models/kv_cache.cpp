@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include "core/host_copy.h"
+
 namespace inkstone {
 
 KVCache::KVCache(int64_t num_layers, int64_t batch_size, int64_t capacity, std::optional<torch::ScalarType> storage)
@@ -145,9 +147,11 @@ void KVCache::adopt_segments(const torch::Tensor& targets, const KVCache& prefil
   const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
   TORCH_CHECK(longest <= capacity_, "adopt_segments: a prompt of ", longest, " slots into a cache of ", capacity_);
   // [n, longest]: the prefill slot each target slot reads (past a prompt's end, the last slot: never read).
-  const auto slots = (torch::tensor(starts, torch::kLong).unsqueeze(1) + torch::arange(longest, torch::kLong))
-                         .clamp_max(prefill.length_ - 1)
-                         .flatten();
+  const auto slots = to_device_async(
+      (torch::tensor(starts, torch::kLong).unsqueeze(1) + torch::arange(longest, torch::kLong))
+          .clamp_max(prefill.length_ - 1)
+          .flatten(),
+      targets.device());
   const auto adopt = [&](torch::Tensor& mine, const torch::Tensor& theirs) {
     if (!theirs.defined()) return;
     if (!mine.defined()) {
@@ -157,7 +161,7 @@ void KVCache::adopt_segments(const torch::Tensor& targets, const KVCache& prefil
       mine = torch::zeros(shape, theirs.options());
     }
     // theirs [1, n_kv, S, h_d] -> [n, n_kv, longest, h_d], written in place (a captured graph keeps the buffers).
-    const auto stretches = theirs[0].index_select(1, slots.to(theirs.device()));
+    const auto stretches = theirs[0].index_select(1, slots);
     mine.narrow(2, 0, longest)
         .index_copy_(0, targets.to(mine.device()),
                      stretches.view({theirs.size(1), -1, longest, theirs.size(3)}).transpose(0, 1));

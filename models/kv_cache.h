@@ -26,7 +26,8 @@ inline constexpr int64_t kCudaEndCheckInterval = 8;
 // Per layer one preallocated [B, n_kv, T_max, h_d] buffer for K and one for V (allocated at the first append,
 // with the dtype the layer produces), plus which slots hold real tokens. A forward over several tokens (prefill,
 // append) shares its slots across the batch: prompts of different lengths are left-padded and carry their own
-// positions (see CacheInputs); per-row decoding (append_at) gives each row its own slot.
+// positions (see CacheInputs), or are packed into one row and handed to rows of their own (adopt_segments);
+// per-row decoding (append_at) gives each row its own slot.
 class KVCache {
  public:
   // storage: the dtype keys and values are kept in; undefined: the dtype each layer produces.

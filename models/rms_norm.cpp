@@ -65,7 +65,7 @@ NormalisedRows normalise_rows(const torch::Tensor& rows, const torch::Tensor& br
     Compute* rp = out.rstd.template data_ptr<Compute>();
     if (rows.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_rms_norm(xp, op, hp, g, shape, yp, rp, kernel_stream(rows.device()));
+      kernels::launch_rms_norm(xp, op, hp, g, shape, yp, rp, KernelPlace(rows.device()).stream());
 #endif
       return;
     }
@@ -107,7 +107,7 @@ std::pair<torch::Tensor, torch::Tensor> normalise_rows_backward(const torch::Ten
     Compute* dgp = dg_partial.template data_ptr<Compute>();
     if (x.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_rms_norm_backward(xp, dyp, g, rp, dhp, shape, dxp, dgp, kernel_stream(x.device()));
+      kernels::launch_rms_norm_backward(xp, dyp, g, rp, dhp, shape, dxp, dgp, KernelPlace(x.device()).stream());
 #endif
       return;
     }

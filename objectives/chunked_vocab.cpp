@@ -10,6 +10,7 @@
 #include <torch/autograd.h>
 #include <torch/torch.h>
 
+#include "core/host_copy.h"
 #include "core/torch_compat.h"
 
 namespace inkstone {
@@ -118,10 +119,11 @@ struct ChunkedLossFunction : torch::autograd::Function<ChunkedLossFunction> {
                                const ChunkTermsFn* fn, const std::vector<double>& coefficients,
                                int64_t chunk_rows) {
     auto grads = gradients_for(hidden, weight);
-    const auto upstream = torch::tensor(coefficients, torch::TensorOptions().dtype(torch::kDouble))
-                              .to(hidden.options().dtype(hidden.scalar_type() == torch::kDouble ? torch::kDouble
-                                                                                                : torch::kFloat))
-                              .unsqueeze(0);  // [1, K]: the same for every row
+    const auto upstream =
+        to_device_async(torch::tensor(coefficients, torch::kDouble)
+                            .to(hidden.scalar_type() == torch::kDouble ? torch::kDouble : torch::kFloat),
+                        hidden.device())
+            .unsqueeze(0);  // [1, K]: the same for every row
     const auto terms = run_chunks(hidden, weight, *fn, chunk_rows, upstream, &grads);
     const auto loss = weighted_sum(terms, coefficients);
     ctx->save_for_backward({grads.hidden, grads.weight, hidden, weight});

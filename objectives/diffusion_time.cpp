@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/host_copy.h"
 
 namespace inkstone {
 
@@ -18,7 +19,7 @@ torch::Tensor stratified_uniform(int64_t first, int64_t count, int64_t total, to
 
 torch::Tensor per_token_time_rows(double time_mix, int64_t first_row, int64_t rows, torch::Device device) {
   const auto index = torch::arange(first_row, first_row + rows, torch::TensorOptions().dtype(torch::kDouble));
-  return torch::floor((index + 1) * time_mix).gt(torch::floor(index * time_mix)).to(device);
+  return to_device_async(torch::floor((index + 1) * time_mix).gt(torch::floor(index * time_mix)), device);
 }
 
 torch::Tensor sample_training_time(const DiffusionConfig& config, int64_t rows, int64_t length, int64_t first_row,

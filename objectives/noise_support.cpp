@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "core/errors.h"
+#include "core/host_copy.h"
 
 namespace inkstone {
 
@@ -35,7 +36,8 @@ NoiseSupport::NoiseSupport(std::vector<int64_t> ids, int64_t model_vocab)
   ids_cpu_ = torch::tensor(ids_, torch::kLong);
 }
 
-torch::Tensor NoiseSupport::member_mask(torch::Device device) const { return mask_cpu_.to(device); }
+// Asked for per vocabulary chunk of a loss: a blocking upload would wait for the device every time.
+torch::Tensor NoiseSupport::member_mask(torch::Device device) const { return to_device_async(mask_cpu_, device); }
 
 torch::Tensor NoiseSupport::restrict_logits(const torch::Tensor& logits) const {
   if (size() == model_vocab_) return logits;
@@ -46,7 +48,7 @@ torch::Tensor NoiseSupport::sample_uniform(const torch::Tensor& like, at::Genera
   auto options = torch::TensorOptions().dtype(torch::kLong).device(like.device());
   auto index = generator ? torch::randint(size(), like.sizes(), *generator, options)
                          : torch::randint(size(), like.sizes(), options);
-  return ids_cpu_.to(like.device()).index({index});
+  return to_device_async(ids_cpu_, like.device()).index({index});
 }
 
 bool NoiseSupport::contains_all(const torch::Tensor& tokens) const {

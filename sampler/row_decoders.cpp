@@ -197,9 +197,9 @@ class PerRowCacheDecoder : public RowDecoder {
   int64_t graphs_captured() const override { return graphs_captured_; }
   bool restartable() const override { return true; }
 
-  // Every row of the next call is started (adopt_rows rewrites its slots from 0, its padding record and
-  // convolution state), and the stale slots past a row's own are masked as after a refill; the graphs of every
-  // bucket stay (each holds one step's buffers at its rows, all of them about twice the largest's).
+  // Every row of the next call is started (adopt_segments or adopt_rows rewrites its slots from 0, its padding
+  // record and convolution state), and the stale slots past a row's own are masked as after a refill; the graphs
+  // of every bucket stay (each holds one step's buffers at its rows, all of them about twice the largest's).
   void restart() override {
     cache_.use_rows(cache_.batch_size());
     slots_.zero_();

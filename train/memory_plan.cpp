@@ -151,10 +151,12 @@ MemoryPlan plan_rollout_memory(const Config& config, int64_t vocab_size, int64_t
     if (kept) plan.kept_rollout_cache = cache;
     if (kept && policy.graphed) {
       // Each batch bucket's graph keeps the memory its step allocated: above all the head's [b, V] output and its
-      // float32 logits (one tensor when the weights are float32). The buckets halve down from the rows, so they
-      // hold about 2·rows such rows in all.
+      // float32 logits (one tensor when the weights are float32). The buckets are the rows and every power of two
+      // below them (sampler/ar_sampler.cpp).
       const double head_bytes = 4.0 + (plan.bytes_per_weight == 4 ? 0.0 : static_cast<double>(plan.bytes_per_weight));
-      plan.kept_rollout_graphs = (2.0 * rows - 1.0) * vocab * head_bytes;
+      double bucket_rows = rows;
+      for (int64_t below = 1; below < rank_rows; below *= 2) bucket_rows += static_cast<double>(below);
+      plan.kept_rollout_graphs = bucket_rows * vocab * head_bytes;
       plan.rollouts += plan.kept_rollout_graphs;
     }
   } else {

@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 
 #include "core/errors.h"
+#include "core/host_copy.h"
 #include "core/torch_compat.h"
 #include "train/rank_metrics.h"
 
@@ -14,12 +15,9 @@ namespace inkstone {
 
 namespace {
 
-// On CUDA through page-locked memory, so that the upload is an asynchronous copy the step does not wait for (a
-// pageable source makes the driver stage it synchronously); elsewhere as it is.
+// An asynchronous copy the step does not wait for, then the dtype the batch holds.
 torch::Tensor upload(const torch::Tensor& host, torch::Device device, torch::Dtype dtype) {
-  if (!device.is_cuda()) return host.to(device, dtype);
-  const auto pinned = torch::empty(host.sizes(), host.options().pinned_memory(true)).copy_(host);
-  return pinned.to(device, /*non_blocking=*/true).to(dtype);
+  return to_device_async(host, device).to(dtype);
 }
 
 }  // namespace

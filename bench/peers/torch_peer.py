@@ -242,7 +242,7 @@ def run_rollout(args, device):
     _, _, generated, steps = rollouts(model, prompts, args.group, args.new_tokens, args.seed, device)
     seconds = time.perf_counter() - start
     return {"tokens_per_s": steps * len(prompts) * args.group / seconds, "generated_tokens_per_s": generated / seconds,
-            "seconds": seconds, "decode_steps": steps}
+            "prompts_per_s": len(prompts) / seconds, "seconds": seconds, "decode_steps": steps}
 
 
 def hf_model(tensors, meta, device, dtype):
@@ -297,7 +297,8 @@ def run_hf_generate(args, device):
     out = generate(args.new_tokens)
     seconds = time.perf_counter() - start
     steps = out.size(1) - width
-    return {"tokens_per_s": steps * out.size(0) / seconds, "seconds": seconds, "decode_steps": steps}
+    return {"tokens_per_s": steps * out.size(0) / seconds, "prompts_per_s": len(prompts) / seconds, "seconds": seconds,
+            "decode_steps": steps}
 
 
 def run_peak(args, device):
@@ -331,12 +332,14 @@ def main():
                    help="rollout: Hugging Face transformers' generate on the same weights instead of the eager loop")
     for name, default in [("d-model", 64), ("layers", 2), ("heads", 4), ("kv-heads", 4), ("seq-len", 64),
                           ("batch", 8), ("steps", 10), ("warmup", 3), ("denoise-steps", 64), ("new-tokens", 512),
-                          ("kv-cache", 1), ("group", 8), ("prompts", 4), ("fused", 1), ("vocab", 0)]:
+                          ("kv-cache", 1), ("group", 8), ("prompts", 4), ("fused", 1), ("vocab", 0),
+                          ("prompt-tokens", 0)]:
         p.add_argument("--" + name, type=int, default=default)
     p.add_argument("--objective", default="ar", choices=["ar", "uniform_diffusion"])
     p.add_argument("--decode", default="auto", choices=["auto", "growing", "fixed", "graph"])
     # --fused and --decode select inkstone's diffusion step and decode step; the peer's loops are always the eager
-    # ones. --vocab sizes inkstone's model; the peer reads the vocabulary from the shared weights.
+    # ones. --vocab sizes inkstone's model; the peer reads the vocabulary (and --prompt-tokens' prompts) from the
+    # shared weights.
     args = p.parse_args()
 
     torch.set_num_threads(args.threads)

@@ -53,7 +53,7 @@ Normalised normalise_and_rotate(const torch::Tensor& x, const torch::Tensor& g, 
     const float *c = cos.data_ptr<float>(), *s = sin.data_ptr<float>();
     if (x.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_qk_norm_rope(xp, gp, c, s, shape, yp, rp, kernel_stream(x.device()));
+      kernels::launch_qk_norm_rope(xp, gp, c, s, shape, yp, rp, KernelPlace(x.device()).stream());
 #endif
       return;
     }
@@ -90,7 +90,7 @@ Gradients gradients(const torch::Tensor& x, const torch::Tensor& dy, const torch
     const float *c = cos.data_ptr<float>(), *s = sin.data_ptr<float>();
     if (x.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_qk_norm_rope_backward(xp, dyp, gp, c, s, rp, shape, dxp, dgp, kernel_stream(x.device()));
+      kernels::launch_qk_norm_rope_backward(xp, dyp, gp, c, s, rp, shape, dxp, dgp, KernelPlace(x.device()).stream());
 #endif
       return;
     }

@@ -31,7 +31,7 @@ void rotate(const T* x, const float* cos, const float* sin, const kernels::RopeS
             const torch::Device& device) {
   if (device.is_cuda()) {
 #ifdef INKSTONE_CUDA
-    kernels::launch_rope(x, cos, sin, shape, out, kernel_stream(device));
+    kernels::launch_rope(x, cos, sin, shape, out, KernelPlace(device).stream());
 #endif
     return;
   }

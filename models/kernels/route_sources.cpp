@@ -5,6 +5,7 @@
 #include <ATen/Dispatch.h>
 #include <torch/torch.h>
 
+#include "core/host_copy.h"
 #include "models/kernels/route_sources_row.h"
 
 #ifdef INKSTONE_CUDA
@@ -50,7 +51,7 @@ struct PointerArray {
     if (!on.is_cuda()) return;
     std::vector<int64_t> addresses;
     for (Pointer p : host) addresses.push_back(reinterpret_cast<int64_t>(p));
-    device = torch::tensor(addresses, torch::kLong).to(on);
+    device = to_device_async(torch::tensor(addresses, torch::kLong), on);  // per call: no wait
   }
   const Pointer* get() const {
     return device.defined() ? reinterpret_cast<const Pointer*>(device.data_ptr<int64_t>()) : host.data();
@@ -82,7 +83,7 @@ struct FusedRouteFunction : public torch::autograd::Function<FusedRouteFunction>
 #ifdef INKSTONE_CUDA
         kernels::launch_route_forward(rows.get(), query.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(), shape,
                                       out.data_ptr<scalar_t>(), weights.data_ptr<double>(),
-                                      inv_rms.data_ptr<double>(), kernel_stream(out.device()));
+                                      inv_rms.data_ptr<double>(), KernelPlace(out.device()).stream());
 #endif
         return;
       }
@@ -128,7 +129,7 @@ struct FusedRouteFunction : public torch::autograd::Function<FusedRouteFunction>
         kernels::launch_route_backward(rows.get(), query.data_ptr<scalar_t>(), gain.data_ptr<scalar_t>(),
                                        grad_out.data_ptr<scalar_t>(), shape, weights.data_ptr<double>(),
                                        inv_rms.data_ptr<double>(), grad_rows.get(), grad_query.data_ptr<double>(),
-                                       grad_gain.data_ptr<double>(), kernel_stream(grad_out.device()));
+                                       grad_gain.data_ptr<double>(), KernelPlace(grad_out.device()).stream());
 #endif
         return;
       }

@@ -32,6 +32,14 @@ size_t shared_bytes(const RouteShape& shape) {
   return sizeof(double) * (kThreads + 3 * shape.sources * shape.heads + shape.sources);
 }
 
+// Past 48 KiB a kernel's dynamic shared memory must be asked for, up to the device's opt-in limit (227 KiB on
+// H100 / H200): many sources and heads (S·(3H + 1) > 5,888 doubles) need it. A refusal shows as the launch's error.
+template <typename Kernel>
+void allow_shared_bytes(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    (void)cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes));
+}
+
 unsigned blocks_for(const RouteShape& shape) {
   return static_cast<unsigned>(shape.positions < kMaxBlocks ? shape.positions : kMaxBlocks);
 }
@@ -63,6 +71,7 @@ template <typename T>
 void forward(const T* const* sources, const T* query, const T* gain, const RouteShape& shape, T* out, double* weights,
              double* inv_rms, void* stream) {
   if (shape.positions == 0) return;
+  allow_shared_bytes(route_forward_kernel<T>, shared_bytes(shape));
   route_forward_kernel<T><<<blocks_for(shape), kThreads, shared_bytes(shape), static_cast<cudaStream_t>(stream)>>>(
       sources, query, gain, shape, out, weights, inv_rms);
   check_launch("fused routing forward");
@@ -73,6 +82,7 @@ void backward(const T* const* sources, const T* query, const T* gain, const T* g
               const double* weights, const double* inv_rms, T* const* grad_sources, double* grad_query, double* grad_gain,
               void* stream) {
   if (shape.positions == 0) return;
+  allow_shared_bytes(route_backward_kernel<T>, shared_bytes(shape));
   route_backward_kernel<T><<<blocks_for(shape), kThreads, shared_bytes(shape), static_cast<cudaStream_t>(stream)>>>(
       sources, query, gain, grad_out, shape, weights, inv_rms, grad_sources, grad_query, grad_gain);
   check_launch("fused routing backward");

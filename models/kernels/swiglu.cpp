@@ -42,7 +42,7 @@ torch::Tensor gated_by_row_code(const torch::Tensor& gate_up) {
     T* out = pointer(hidden);
     if (gate_up.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_swiglu_forward(in, shape, out, kernel_stream(gate_up.device()));
+      kernels::launch_swiglu_forward(in, shape, out, KernelPlace(gate_up.device()).stream());
 #endif
       return;
     }
@@ -63,7 +63,7 @@ torch::Tensor gate_up_gradient_by_row_code(const torch::Tensor& gate_up, const t
     T* out = pointer(grad);
     if (gate_up.is_cuda()) {
 #ifdef INKSTONE_CUDA
-      kernels::launch_swiglu_backward(in, dh, shape, out, kernel_stream(gate_up.device()));
+      kernels::launch_swiglu_backward(in, dh, shape, out, KernelPlace(gate_up.device()).stream());
 #endif
       return;
     }

@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #ifdef INKSTONE_CUDA
+#include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
 #include "sampler/kernels/diffusion_step_cuda.h"
@@ -24,6 +25,9 @@ void check_shapes(const torch::Tensor& logits, const torch::Tensor& z, const tor
   TORCH_CHECK(sequences.dim() == 1 && sequences.size(0) == logits.size(0) && sequences.scalar_type() == torch::kLong,
               "fused_diffusion_step: sequences must be [B] int64");
   TORCH_CHECK(logits.size(1) < (int64_t{1} << 24), "fused_diffusion_step: at most 2^24 positions per row");
+  TORCH_CHECK(z.device() == logits.device() && support.device() == logits.device() &&
+                  sequences.device() == logits.device(),
+              "fused_diffusion_step: z, support and sequences must be on the logits' device");
 }
 
 template <typename Logit>
@@ -56,6 +60,7 @@ torch::Tensor fused_diffusion_step(const torch::Tensor& logits_in, const torch::
   const bool bf16 = logits.scalar_type() == torch::kBFloat16;
   if (logits.is_cuda()) {
 #ifdef INKSTONE_CUDA
+    const c10::cuda::CUDAGuard on_logits_device(logits.device());
     void* stream = c10::cuda::getCurrentCUDAStream(logits.device().index()).stream();
     if (bf16) {
       kernels::launch_diffusion_step_bf16(reinterpret_cast<const kernels::Bf16Bits*>(logits.data_ptr<at::BFloat16>()),

@@ -8,6 +8,7 @@
 #include <set>
 
 #include "dataset/byte_tokenizer.h"
+#include "models/block_registry.h"
 #include "models/language_model.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/row_decoders.h"
@@ -73,7 +74,7 @@ TEST(ContinuousBatching, IdleRowsOfACompactedBucketAttendToRealKeys) {
   EXPECT_TRUE(torch::isfinite(logits).all().item<bool>()) << logits.isnan().any(1);
 }
 
-// Next-token logits [V] fp32 of `sequence` run alone through the model, in float64.
+// Next-token logits [V] fp32 of `sequence` run alone through the (float64) model.
 torch::Tensor logits_alone(LanguageModel& model, const std::vector<int32_t>& sequence) {
   const auto tokens = torch::tensor(std::vector<int64_t>(sequence.begin(), sequence.end()), torch::kLong);
   return model(tokens.unsqueeze(0))[0][-1].slice(0, 0, kSamplerVocab);
@@ -88,15 +89,17 @@ TEST(ContinuousBatching, EveryRowDecodesItsSequenceAsAloneAfterAPackedPrefill) {
   struct Backbone {
     const char* name;
     void (*edit)(ModelConfig&);
+    bool packed;  // the decoder packs where tokens meet only by attention
   };
   const Backbone backbones[] = {
-      {"attention, packed", [](ModelConfig& c) { c.attention_sink = true; }},
-      {"short convolutions, left-padded", [](ModelConfig& c) { c.mixer_pattern = "AC"; }},
+      {"attention, packed", [](ModelConfig& c) { c.attention_sink = true; }, true},
+      {"short convolutions, left-padded", [](ModelConfig& c) { c.mixer_pattern = "AC"; }, false},
   };
   torch::NoGradGuard no_grad;  // as the sampler runs it (a packed prefill then attends by document buckets)
   for (const auto& backbone : backbones) {
     ModelConfig config = testing::peaked_model_config();
     backbone.edit(config);
+    ASSERT_EQ(mixes_tokens_only_by_attention(config), backbone.packed) << backbone.name;
     torch::manual_seed(12);
     auto model = build_language_model(config, kSamplerVocab);
     model->to(torch::kDouble);

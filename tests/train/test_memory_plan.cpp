@@ -140,6 +140,9 @@ TEST(MemoryPlan, AnRlRunPlansItsUpdateRowsReferenceAndRollouts) {
   EXPECT_DOUBLE_EQ(with_graphs.rollouts, plan.rollouts + 31.0 * vocab * 4.0);
   EXPECT_DOUBLE_EQ(with_graphs.total() - plan.total(), 31.0 * vocab * 4.0);
   EXPECT_EQ(plan_rollout_memory(unkept, kVocab, 2, false, graphed).kept_rollout_graphs, 0.0);
+  Config six = config;
+  six.rl.group_size = 6;  // 24 rows: the buckets 24, 16, 8, 4, 2, 1
+  EXPECT_DOUBLE_EQ(plan_rollout_memory(six, kVocab, 2, false, graphed).kept_rollout_graphs, 55.0 * vocab * 4.0);
   // The window plan of the same model at the same rows and length has the same activations.
   Config windows = config;
   windows.objective.name = "ar";
