@@ -53,6 +53,15 @@ std::pair<torch::Tensor, torch::Tensor> KVCache::append(int64_t layer, const tor
 
 namespace {
 
+// A prefill's buffer `theirs` as this cache holds it, zeroed: `batch` rows and, along `slot_dim` (none: −1),
+// `capacity` slots.
+torch::Tensor zeros_like_rows(const torch::Tensor& theirs, int64_t batch, int64_t capacity, int64_t slot_dim) {
+  auto shape = theirs.sizes().vec();
+  shape[0] = batch;
+  if (slot_dim >= 0) shape[slot_dim] = capacity;
+  return torch::zeros(shape, theirs.options());
+}
+
 // [rows] slots from a [rows] or [1] tensor.
 torch::Tensor per_row(const torch::Tensor& slots, int64_t rows) {
   TORCH_CHECK(slots.dim() == 1 && (slots.size(0) == rows || slots.size(0) == 1), "per-row decoding takes [", rows,
@@ -107,12 +116,7 @@ void KVCache::adopt_rows(const torch::Tensor& targets, const KVCache& prefill, c
   TORCH_CHECK(length <= capacity_, "adopt_rows: a prefill of ", length, " slots into a cache of ", capacity_);
   const auto adopt = [&](torch::Tensor& mine, const torch::Tensor& theirs, int64_t slot_dim) {
     if (!theirs.defined()) return;
-    if (!mine.defined()) {
-      auto shape = theirs.sizes().vec();
-      shape[0] = batch_size_;
-      if (slot_dim >= 0) shape[slot_dim] = capacity_;
-      mine = torch::zeros(shape, theirs.options());
-    }
+    if (!mine.defined()) mine = zeros_like_rows(theirs, batch_size_, capacity_, slot_dim);
     // In place on the buffers (a captured graph keeps their addresses): the prefilled slots of the target rows.
     const auto prefilled = [&](const torch::Tensor& t) { return slot_dim < 0 ? t : t.narrow(slot_dim, 0, length); };
     prefilled(mine).index_copy_(0, targets.to(mine.device()),
@@ -154,12 +158,7 @@ void KVCache::adopt_segments(const torch::Tensor& targets, const KVCache& prefil
       targets.device());
   const auto adopt = [&](torch::Tensor& mine, const torch::Tensor& theirs) {
     if (!theirs.defined()) return;
-    if (!mine.defined()) {
-      auto shape = theirs.sizes().vec();
-      shape[0] = batch_size_;
-      shape[2] = capacity_;
-      mine = torch::zeros(shape, theirs.options());
-    }
+    if (!mine.defined()) mine = zeros_like_rows(theirs, batch_size_, capacity_, 2);
     // theirs [1, n_kv, S, h_d] -> [n, n_kv, longest, h_d], written in place (a captured graph keeps the buffers).
     const auto stretches = theirs[0].index_select(1, slots);
     mine.narrow(2, 0, longest)

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include "core/errors.h"
+#include "core/host_copy.h"
 #include "core/torch_compat.h"
 #include "models/block.h"
 #include "models/block_registry.h"
@@ -229,14 +230,17 @@ torch::Tensor LanguageModelImpl::run(const torch::Tensor& tokens, const Pass& pa
   if (!fixed_window) use_stream_local_masks(layer_contexts, config_, streams_, start, slots, key_real, tokens.device());
   if (pass.documents.defined()) {
     TORCH_CHECK(start == 0, "packed documents go into an empty KV cache, not after ", start, " slots");
-    const auto documents = streams_.slot_flags(pass.documents);
+    // Documents given on the host (a packed prefill builds them there) spare the bucket layout a read from the
+    // device; the layers read them on the device.
+    const auto given = streams_.slot_flags(pass.documents);
+    const auto documents = given.device() == tokens.device() ? given : to_device_async(given, tokens.device());
     // Where libtorch's kernels keep O(T) per query, or no backward will read the weights (a prompt prefill),
     // documents go through buckets rather than a [B, 1, T, T] mask; a mask of another kind (padding, hidden
     // streams' local rules) keeps the dense rule.
     std::shared_ptr<const DocumentBuckets> buckets;
     const bool attention_keeps_no_weights = compat::kAttentionKeepsNoWeights || !torch::GradMode::is_enabled();
     if (attention_keeps_no_weights && streams_.streams() == 1 && !key_real.defined())
-      buckets = std::make_shared<const DocumentBuckets>(document_buckets(documents, tokens.device()));
+      buckets = std::make_shared<const DocumentBuckets>(document_buckets(given, tokens.device()));
     for (auto& c : layer_contexts) {
       if (buckets)
         c.document_buckets = buckets;

@@ -61,7 +61,8 @@ struct CacheInputs {
   MaskMode mask = MaskMode::causal;
   torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: cache length + 0..T−1
   torch::Tensor key_padding;  // [B, T] bool, true = real token of this call (the cache remembers earlier calls')
-  torch::Tensor documents;    // [B, T] int64 packed-document index; undefined: one document per row
+  torch::Tensor documents;    // [B, T] int64 packed-document index, on the device or the host; undefined: one
+                              // document per row
 };
 
 // The rows of the head: the model's whole vocabulary, or the tokenizer's ids only — what samplers draw from and

@@ -43,11 +43,16 @@ PaddedPrompts left_pad(const std::vector<const std::vector<Id>*>& prompts, torch
           lengths.to(device)};
 }
 
+torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device device) {
+  return torch::tensor(values, torch::kLong).to(device);
+}
+
 // Prompts packed into one row, each a document at the positions 0..len−1 of its own tokens.
 struct PackedPrompts {
-  torch::Tensor tokens, positions, documents;  // [1, Σ len] int64
-  torch::Tensor last;                          // [P] int64: where each prompt's last token sits in the row
-  std::vector<int64_t> starts, lengths;        // per prompt, on the host
+  torch::Tensor tokens, positions;       // [1, Σ len] int64
+  torch::Tensor documents;               // [1, Σ len] int64 on the host, where the model lays out its buckets
+  torch::Tensor last;                    // [P] int64: where each prompt's last token sits in the row
+  std::vector<int64_t> starts, lengths;  // per prompt, on the host
 };
 
 PackedPrompts pack(const std::vector<const std::vector<int32_t>*>& prompts, torch::Device device) {
@@ -64,22 +69,15 @@ PackedPrompts pack(const std::vector<const std::vector<int32_t>*>& prompts, torc
     }
     last.push_back(static_cast<int64_t>(tokens.size()) - 1);
   }
-  const auto row = [&](const std::vector<int64_t>& values) {
-    return torch::tensor(values, torch::kLong).view({1, -1}).to(device);
-  };
-  packed.tokens = row(tokens);
-  packed.positions = row(positions);
-  packed.documents = row(documents);
-  packed.last = torch::tensor(last, torch::kLong).to(device);
+  packed.tokens = index_tensor(tokens, device).view({1, -1});
+  packed.positions = index_tensor(positions, device).view({1, -1});
+  packed.documents = index_tensor(documents, torch::kCPU).view({1, -1});
+  packed.last = index_tensor(last, device);
   return packed;
 }
 
 torch::Tensor last_logits(LanguageModel& model, const torch::Tensor& hidden) {
   return model->logits(hidden.select(1, -1), HeadRows::tokens);
-}
-
-torch::Tensor index_tensor(const std::vector<int64_t>& values, torch::Device device) {
-  return torch::tensor(values, torch::kLong).to(device);
 }
 
 // A KV cache with one slot counter per row: a row starts at slot 0 with its prompt's prefill (prompts named by
