@@ -36,7 +36,10 @@ struct Batch {
   int64_t first_row = 0;
   int64_t total_rows = 0;  // 0: these rows are the whole batch
   int64_t step = -1;       // the training step these rows feed (0-based); -1: evaluation
-  torch::Tensor documents;  // [B, W] int64 packed-document index (data.document_mask); undefined: not masked
+  // [B, W] int64 packed-document index (data.document_mask); undefined: not masked. On the host, where the batch
+  // was built: the attention lays its document buckets out there, and a read back from the device would wait for
+  // the step's queued work once per forward (docs/backbones.md, "Packed documents"); the model uploads it.
+  torch::Tensor documents;
   // [B, W] bool: the tokens the loss trains on (fine-tuning on conversations: the responses, docs/training.md,
   // "Fine-tuning on conversations"); the others are context only. Undefined: every real token.
   torch::Tensor loss_mask;

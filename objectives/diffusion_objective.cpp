@@ -5,6 +5,7 @@
 
 #include "core/counter_hash.h"
 #include "core/errors.h"
+#include "core/host_copy.h"
 #include "models/attention_mask.h"
 #include "objectives/chunked_vocab.h"
 #include "objectives/diffusion_time.h"
@@ -43,6 +44,7 @@ torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const tor
   const auto earlier = per_position.narrow(1, 0, length - 1);
   if (!documents.defined()) return torch::cat({per_position.narrow(1, 0, 1), earlier}, 1);
   auto continues = documents.narrow(1, 1, length - 1).eq(documents.narrow(1, 0, length - 1));  // [B, L − 1]
+  if (continues.device() != per_position.device()) continues = to_device_async(continues, per_position.device());
   while (continues.dim() < per_position.dim()) continues = continues.unsqueeze(-1);
   const auto later = torch::where(continues, earlier, per_position.narrow(1, 1, length - 1));
   return torch::cat({per_position.narrow(1, 0, 1), later}, 1);

@@ -44,7 +44,7 @@ Batch with_responses_padded_by_eos(const Batch& batch, int64_t eos_id);
 // output at position i predicts token i + 1, so a diffusion model adapted from it keeps that alignment and predicts
 // token i from the output at i − 1: out[:, i] = per_position[:, i − 1]. Position 0 has no output before it and reads
 // its own, as does the first token of a packed document (`documents` defined), whose predecessor belongs to another
-// document it cannot see. per_position is [B, L, ...] (hidden states or logits).
+// document it cannot see. per_position is [B, L, ...] (hidden states or logits); documents on its device or the host.
 torch::Tensor outputs_shifted_right(const torch::Tensor& per_position, const torch::Tensor& documents = {});
 
 // AR -> diffusion adaptation (DiffuLLaMA's attention mask annealing, Gong et al. 2025): at training step

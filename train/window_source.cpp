@@ -22,7 +22,8 @@ torch::Tensor upload(const torch::Tensor& host, torch::Device device, torch::Dty
 
 }  // namespace
 
-Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device) {
+Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device,
+                            DocumentSplit documents) {
   const int64_t rows = row_end - row_begin;
   auto tokens = torch::from_blob(const_cast<int32_t*>(batch.tokens.data()) + row_begin * batch.cols,
                                  {rows, batch.cols}, torch::kInt32);
@@ -32,6 +33,7 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
     return upload(host, device, torch::kBool);
   };
   Batch out{upload(tokens, device, torch::kLong), flags(batch.real), row_begin, batch.rows};
+  if (documents.active()) out.documents = packed_documents(tokens.to(torch::kLong), documents);
   if (!batch.trained.empty()) {
     out.loss_mask = flags(batch.trained);
     const auto host = torch::from_blob(const_cast<uint8_t*>(batch.conversations.data()) + row_begin, {rows},
@@ -54,9 +56,7 @@ WindowEvalSource::WindowEvalSource(const WindowLoader& loader, int64_t batch_siz
 Batch WindowEvalSource::batch(int64_t index) const {
   const int64_t first = split_index(index) * batch_size_;
   const int64_t count = std::min(batch_size_, loader_.num_eval_windows() - first);
-  Batch batch = token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_);
-  if (documents_.active()) batch.documents = packed_documents(batch.tokens, documents_);
-  return batch;
+  return token_batch_to_device(loader_.eval_batch(first, count), 0, count, device_, documents_);
 }
 
 WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const WindowLoader> train_data,
@@ -91,10 +91,9 @@ WindowSource::WindowSource(TrainingSession& session, std::shared_ptr<const Train
 // `batch` is this rank's share of the global batch; its rows keep their global positions, so stratified draws
 // see the same strata whatever the number of ranks.
 Batch WindowSource::to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end) const {
-  Batch rows = token_batch_to_device(batch, row_begin, row_end, device_);
+  Batch rows = token_batch_to_device(batch, row_begin, row_end, device_, documents_);
   rows.first_row += rank_ * batch.rows;
   rows.total_rows = batch.rows * world_size_;
-  if (documents_.active()) rows.documents = packed_documents(rows.tokens, documents_);
   return rows;
 }
 

@@ -15,8 +15,10 @@
 
 namespace inkstone {
 
-// Rows [row_begin, row_end) of a host batch as device tensors.
-Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device);
+// Rows [row_begin, row_end) of a host batch as device tensors, with their packed documents (on the host, core/batch.h)
+// where `documents` is active.
+Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t row_end, torch::Device device,
+                            DocumentSplit documents = {});
 
 // A split as consecutive non-overlapping windows, batch_size at a time (at most max_batches; 0: all). Sharded
 // over `ranks`, rank r holds the split's batches r, r + ranks, r + 2·ranks, ...
