@@ -41,7 +41,8 @@ struct WindowInputs {
   torch::Tensor positions;    // [B, T] int64 RoPE positions; undefined: 0..T−1
   torch::Tensor key_padding;  // [B, T] bool, true = real token; undefined: all real
   torch::Tensor documents;    // [B, T] int64 packed-document index: attention and convolutions stay within a
-                              // token's document; undefined: one document per row
+                              // token's document; on the device or the host (where the bucket layout reads it
+                              // without waiting for the device); undefined: one document per row
 };
 
 // A window scored whole under a query-key rule of the caller's in place of a mask mode (block diffusion's

@@ -33,7 +33,7 @@ Batch token_batch_to_device(const TokenBatch& batch, int64_t row_begin, int64_t 
     return upload(host, device, torch::kBool);
   };
   Batch out{upload(tokens, device, torch::kLong), flags(batch.real), row_begin, batch.rows};
-  if (documents.active()) out.documents = packed_documents(tokens.to(torch::kLong), documents);
+  if (documents.active()) out.documents = packed_documents(tokens, documents);
   if (!batch.trained.empty()) {
     out.loss_mask = flags(batch.trained);
     const auto host = torch::from_blob(const_cast<uint8_t*>(batch.conversations.data()) + row_begin, {rows},

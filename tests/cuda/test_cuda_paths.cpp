@@ -19,6 +19,7 @@
 #include "models/language_model.h"
 #include "models/rms_norm.h"
 #include "models/rope.h"
+#include "objectives/diffusion_objective.h"
 #include "sampler/ar_sampler.h"
 #include "sampler/kernels/diffusion_step.h"
 #include "sampler/kernels/token_draw.h"
@@ -27,6 +28,7 @@
 #include "tests/test_paths.h"
 #include "train/master_weights.h"
 #include "train/optimizer.h"
+#include "train/window_source.h"
 
 namespace inkstone {
 namespace {
@@ -214,6 +216,28 @@ TEST(Cuda, PackedDocumentsFromTheHostTrainAsOnTheCpu) {
     EXPECT_TRUE(torch::allclose(from_host.grads[i], from_device.grads[i], 1e-5, 1e-6)) << "tensor " << i;
     EXPECT_TRUE(torch::allclose(from_host.grads[i], cpu.grads[i], 1e-3, 1e-4)) << "tensor " << i;
   }
+}
+
+// A window batch uploaded to the GPU keeps its packed documents on the host, worked out from the host tokens; a
+// diffusion model's shifted outputs read them there beside outputs on the device.
+TEST(Cuda, TheWindowUploadKeepsPackedDocumentsOnTheHost) {
+  INKSTONE_REQUIRE_CUDA();
+  const auto tokens = random_tokens();
+  TokenBatch host;
+  host.rows = tokens.size(0);
+  host.cols = tokens.size(1);
+  const auto ids = tokens.to(torch::kInt);
+  host.tokens.assign(ids.data_ptr<int32_t>(), ids.data_ptr<int32_t>() + ids.numel());
+  host.real.assign(static_cast<size_t>(ids.numel()), 1);
+  const DocumentSplit split{/*eos=*/5, /*eos_opens=*/false};
+  const auto batch = token_batch_to_device(host, 0, host.rows, torch::kCUDA, split);
+  EXPECT_TRUE(batch.tokens.is_cuda());
+  ASSERT_TRUE(batch.documents.is_cpu());
+  EXPECT_TRUE(torch::equal(batch.documents, packed_documents(tokens, split)));
+  EXPECT_GT(batch.documents.max().item<int64_t>(), 0);  // the rows hold eos: more than one document
+  const auto values = torch::randn({host.rows, host.cols, 2});
+  EXPECT_TRUE(torch::equal(outputs_shifted_right(values.to(torch::kCUDA), batch.documents).cpu(),
+                           outputs_shifted_right(values, batch.documents)));
 }
 
 TEST(Cuda, Bf16AutocastStaysNearFp32) {
