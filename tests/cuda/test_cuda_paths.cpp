@@ -196,25 +196,26 @@ TEST(Cuda, PackedDocumentsFromTheHostTrainAsOnTheCpu) {
   // Four documents of 9, 6, 15 and 3 tokens in every row of 33.
   const auto documents = torch::tensor({0, 0, 0, 1, 1, 2, 2, 2, 2, 2, 3}, torch::kLong).repeat_interleave(3);
   const auto documents_per_row = documents.unsqueeze(0).repeat({4, 1});
-  const auto run = [&](const torch::Tensor& on, const torch::Tensor& docs) {
+  // The hidden states, then every parameter's gradient, on the CPU.
+  const auto hidden_and_grads = [&](const torch::Tensor& on, const torch::Tensor& docs) {
     model->zero_grad();
     WindowInputs window;
     window.documents = docs;
     const auto hidden = model->hidden_states(on, window);
     hidden.pow(2).sum().backward();
-    LossAndGrads out{0, {hidden.detach().cpu()}};
-    for (const auto& p : model->parameters()) out.grads.push_back(p.grad().cpu());
+    std::vector<torch::Tensor> out{hidden.detach().cpu()};
+    for (const auto& p : model->parameters()) out.push_back(p.grad().cpu());
     return out;
   };
-  const auto cpu = run(tokens, documents_per_row);
+  const auto cpu = hidden_and_grads(tokens, documents_per_row);
   model->to(torch::kCUDA);
-  const auto from_host = run(tokens.to(torch::kCUDA), documents_per_row);
-  const auto from_device = run(tokens.to(torch::kCUDA), documents_per_row.to(torch::kCUDA));
-  ASSERT_EQ(from_host.grads.size(), cpu.grads.size());
-  for (size_t i = 0; i < cpu.grads.size(); ++i) {
+  const auto from_host = hidden_and_grads(tokens.to(torch::kCUDA), documents_per_row);
+  const auto from_device = hidden_and_grads(tokens.to(torch::kCUDA), documents_per_row.to(torch::kCUDA));
+  ASSERT_EQ(from_host.size(), cpu.size());
+  for (size_t i = 0; i < cpu.size(); ++i) {
     // (attention's backward kernels may add in any order: close, not equal)
-    EXPECT_TRUE(torch::allclose(from_host.grads[i], from_device.grads[i], 1e-5, 1e-6)) << "tensor " << i;
-    EXPECT_TRUE(torch::allclose(from_host.grads[i], cpu.grads[i], 1e-3, 1e-4)) << "tensor " << i;
+    EXPECT_TRUE(torch::allclose(from_host[i], from_device[i], 1e-5, 1e-6)) << "tensor " << i;
+    EXPECT_TRUE(torch::allclose(from_host[i], cpu[i], 1e-3, 1e-4)) << "tensor " << i;
   }
 }
 
